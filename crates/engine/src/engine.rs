@@ -1,0 +1,1028 @@
+//! The engine: jobs, queues, leases and waits, and every operation on them.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+
+use crate::change::{Change, PutState};
+use crate::job::{Job, JobState};
+use crate::queue::{Queue, QueueId};
+use crate::timers::{Timer, Timers};
+use crate::{ConnId, JobId, Millis, SAFETY_MARGIN_MS, URGENT_PRIORITY};
+
+/// How long a reservation holds its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lease {
+    /// The job's own time-to-run (beanstalkd).
+    JobTtr,
+    /// A fixed number of milliseconds (Gearman's CAN_DO_TIMEOUT).
+    For(Millis),
+    /// Until the holder finishes or disconnects (Gearman without a timeout).
+    Unlimited,
+}
+
+/// How a blocked reserve is served when a job becomes ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Hand over the lowest (priority, id) job across the waiter's queues (beanstalkd).
+    Best,
+    /// Hand over a job from the first of the waiter's queues that has one (Gearman order).
+    InOrder,
+    /// Do not hand over anything; just wake the waiter once (Gearman PRE_SLEEP → NOOP).
+    WakeOnly,
+}
+
+/// Something the engine tells one connection, outside any command it sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub conn: ConnId,
+    pub kind: NoticeKind,
+}
+
+/// What a [`Notice`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// The connection's blocked reserve was given this job.
+    Reserved(JobId),
+    /// The connection's blocked reserve ran out of time.
+    TimedOut,
+    /// The connection's blocked reserve ended because one of its leases is about to run out.
+    DeadlineSoon,
+    /// A job the sleeping connection could take is ready (its wait has ended).
+    Wake,
+    /// The connection lost this job because its lease ran out.
+    LeaseExpired(JobId),
+}
+
+/// The result of [`Engine::put`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutOutcome {
+    pub id: JobId,
+}
+
+/// The result of [`Engine::reserve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    Reserved(JobId),
+    /// Nothing ready and a lease of this connection ends within the safety margin.
+    DeadlineSoon,
+    /// Nothing ready and the timeout was zero.
+    TimedOut,
+    /// ([`WaitMode::WakeOnly`] only) a job could be taken now, so there is no need to sleep.
+    Available,
+    /// Nothing ready: the connection now waits, and will get a [`Notice`].
+    Waiting,
+}
+
+/// A blocked reserve.
+#[derive(Debug)]
+struct Wait {
+    queues: Vec<QueueId>,
+    mode: WaitMode,
+    lease: Lease,
+    timeout_at: Option<Millis>,
+    soon_at: Option<Millis>,
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    reserved: HashSet<JobId>,
+    wait: Option<Wait>,
+}
+
+/// Per-state job counts across all queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub urgent: u64,
+    pub ready: u64,
+    pub reserved: u64,
+    pub delayed: u64,
+    pub buried: u64,
+}
+
+/// All jobs and queues, and every operation the protocols need.
+///
+/// Callers drain [`Engine::take_changes`] into the log and [`Engine::take_notices`] to
+/// connections after each call, and call [`Engine::tick`] when [`Engine::next_deadline`] passes.
+#[derive(Debug)]
+pub struct Engine {
+    jobs: HashMap<JobId, Job>,
+    queues: Vec<Option<Queue>>,
+    free_queue_slots: Vec<QueueId>,
+    by_name: HashMap<Bytes, QueueId>,
+    /// Listing order of queues: creation order, a removed queue's slot taken by the last.
+    order: Vec<QueueId>,
+    sessions: HashMap<ConnId, Session>,
+    timers: Timers,
+    next_id: JobId,
+    bury_seq: u64,
+    changes: Vec<Change>,
+    notices: Vec<Notice>,
+    /// Queues that gained ready jobs since waiters were last served.
+    to_serve: Vec<QueueId>,
+    /// Jobs created since start (recovered ones not included).
+    pub total_jobs: u64,
+    /// Leases that ran out since start.
+    pub job_timeouts: u64,
+    live_bytes: u64,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Log bytes a durable job costs besides its body and queue name: an estimate used only to
+/// decide when compaction pays off.
+const RECORD_OVERHEAD: u64 = 56;
+
+impl Engine {
+    pub fn new() -> Self {
+        Engine {
+            jobs: HashMap::new(),
+            queues: Vec::new(),
+            free_queue_slots: Vec::new(),
+            by_name: HashMap::new(),
+            order: Vec::new(),
+            sessions: HashMap::new(),
+            timers: Timers::default(),
+            next_id: 1,
+            bury_seq: 0,
+            changes: Vec::new(),
+            notices: Vec::new(),
+            to_serve: Vec::new(),
+            total_jobs: 0,
+            job_timeouts: 0,
+            live_bytes: 0,
+        }
+    }
+
+    // ----- queues -------------------------------------------------------------------------
+
+    /// The queue of that name, if it exists. Never creates one.
+    pub fn queue_id(&self, name: &[u8]) -> Option<QueueId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The queue of that name, created if needed.
+    pub fn queue_id_or_create(&mut self, name: &[u8]) -> QueueId {
+        if let Some(q) = self.queue_id(name) {
+            return q;
+        }
+        let name = Bytes::copy_from_slice(name);
+        let queue = Queue::new(name.clone());
+        let q = match self.free_queue_slots.pop() {
+            Some(q) => {
+                self.queues[q as usize] = Some(queue);
+                q
+            }
+            None => {
+                self.queues.push(Some(queue));
+                (self.queues.len() - 1) as QueueId
+            }
+        };
+        self.by_name.insert(name, q);
+        self.order.push(q);
+        q
+    }
+
+    /// A queue by id. Panics on an id that does not exist: ids come from this engine.
+    pub fn queue(&self, q: QueueId) -> &Queue {
+        self.queues[q as usize].as_ref().expect("live queue id")
+    }
+
+    fn queue_mut(&mut self, q: QueueId) -> &mut Queue {
+        self.queues[q as usize].as_mut().expect("live queue id")
+    }
+
+    /// Live queues in listing order.
+    pub fn queues(&self) -> impl Iterator<Item = &Queue> + '_ {
+        self.order.iter().map(|&q| self.queue(q))
+    }
+
+    pub fn queue_count(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Registers a producer (beanstalkd `use`) of the queue; keeps it alive.
+    pub fn add_producer(&mut self, q: QueueId) {
+        self.queue_mut(q).producers += 1;
+    }
+    pub fn remove_producer(&mut self, q: QueueId) {
+        self.queue_mut(q).producers -= 1;
+        self.drop_queue_if_unreferenced(q);
+    }
+    /// Registers a consumer (beanstalkd `watch`, Gearman `CAN_DO`); keeps it alive.
+    pub fn add_consumer(&mut self, q: QueueId) {
+        self.queue_mut(q).consumers += 1;
+    }
+    pub fn remove_consumer(&mut self, q: QueueId) {
+        self.queue_mut(q).consumers -= 1;
+        self.drop_queue_if_unreferenced(q);
+    }
+    /// Keeps a queue alive with no jobs or clients (beanstalkd's `default`, Gearman functions).
+    pub fn pin(&mut self, q: QueueId) {
+        self.queue_mut(q).pins += 1;
+    }
+    pub fn unpin(&mut self, q: QueueId) {
+        self.queue_mut(q).pins -= 1;
+        self.drop_queue_if_unreferenced(q);
+    }
+
+    fn drop_queue_if_unreferenced(&mut self, q: QueueId) {
+        if !self.queue(q).is_unreferenced() {
+            return;
+        }
+        let queue = self.queues[q as usize].take().expect("live queue id");
+        if queue.paused_until > 0 {
+            self.timers.remove(queue.paused_until, Timer::Unpause(q));
+        }
+        self.by_name.remove(&queue.name);
+        if let Some(pos) = self.order.iter().position(|&x| x == q) {
+            self.order.swap_remove(pos);
+        }
+        self.free_queue_slots.push(q);
+    }
+
+    /// Pauses handing out jobs from a queue for `secs` seconds (0 resumes now).
+    pub fn pause(&mut self, q: QueueId, secs: u32, now: Millis) {
+        let old = self.queue(q).paused_until;
+        if old > 0 {
+            self.timers.remove(old, Timer::Unpause(q));
+        }
+        let until = now + secs as Millis * 1000;
+        let queue = self.queue_mut(q);
+        queue.cmd_pause += 1;
+        queue.pause_secs = secs;
+        if secs == 0 {
+            queue.paused_until = 0;
+            queue.pause_secs = 0;
+            self.to_serve.push(q);
+        } else {
+            queue.paused_until = until;
+            self.timers.add(until, Timer::Unpause(q));
+        }
+        self.serve_waiters(now);
+    }
+
+    /// Whole seconds until a paused queue resumes (0 when not paused).
+    pub fn pause_left_secs(&self, q: QueueId, now: Millis) -> u64 {
+        self.queue(q).paused_until.saturating_sub(now) / 1000
+    }
+
+    // ----- jobs ---------------------------------------------------------------------------
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The id the next job will get.
+    pub fn next_id(&self) -> JobId {
+        self.next_id
+    }
+
+    /// Estimated bytes the durable jobs would take in a fresh log.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Creates a job. A delay of zero makes it ready at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put(
+        &mut self,
+        q: QueueId,
+        pri: u32,
+        delay_secs: u32,
+        ttr: u32,
+        body: Bytes,
+        durable: bool,
+        now: Millis,
+    ) -> PutOutcome {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.total_jobs += 1;
+        let state = if delay_secs > 0 {
+            PutState::Delayed(now + delay_secs as Millis * 1000)
+        } else {
+            PutState::Ready
+        };
+        if durable {
+            self.changes.push(Change::Put {
+                id,
+                queue: self.queue(q).name.clone(),
+                pri,
+                ttr,
+                delay: delay_secs,
+                created: now,
+                state,
+                body: body.clone(),
+            });
+        }
+        self.insert_job(id, q, pri, ttr, delay_secs, now, state, body, durable);
+        self.queue_mut(q).total_jobs += 1;
+        self.serve_waiters(now);
+        PutOutcome { id }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_job(
+        &mut self,
+        id: JobId,
+        q: QueueId,
+        pri: u32,
+        ttr: u32,
+        delay: u32,
+        created: Millis,
+        state: PutState,
+        body: Bytes,
+        durable: bool,
+    ) {
+        if durable {
+            self.live_bytes += self.record_cost(q, &body);
+        }
+        let job = Job {
+            id,
+            queue: q,
+            pri,
+            ttr,
+            delay,
+            state: JobState::Ready,
+            due: 0,
+            buried_seq: 0,
+            owner: 0,
+            created,
+            durable,
+            reserves: 0,
+            timeouts: 0,
+            releases: 0,
+            buries: 0,
+            kicks: 0,
+            body,
+        };
+        self.jobs.insert(id, job);
+        match state {
+            PutState::Ready => self.enter_ready(id),
+            PutState::Delayed(at) => self.enter_delayed(id, at),
+            PutState::Buried => self.enter_buried(id),
+        }
+    }
+
+    fn record_cost(&self, q: QueueId, body: &Bytes) -> u64 {
+        body.len() as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
+    }
+
+    /// Removes a job for good. Allowed unless someone else holds its lease.
+    pub fn delete(&mut self, conn: ConnId, id: JobId) -> bool {
+        match self.jobs.get(&id) {
+            Some(j) if j.state != JobState::Reserved || j.owner == conn => {}
+            _ => return false,
+        }
+        let job = self.remove_job(id);
+        self.queue_mut(job.queue).cmd_delete += 1;
+        if job.durable {
+            self.changes.push(Change::Delete { id });
+        }
+        self.drop_queue_if_unreferenced(job.queue);
+        true
+    }
+
+    /// Takes a job out of the engine. The caller drops its queue if that emptied it.
+    fn remove_job(&mut self, id: JobId) -> Job {
+        self.leave_state(id);
+        let job = self.jobs.remove(&id).expect("removed job exists");
+        if job.durable {
+            self.live_bytes -= self.record_cost(job.queue, &job.body);
+        }
+        job
+    }
+
+    /// Gives a leased job back, ready now or after a delay, with a new priority.
+    pub fn release(
+        &mut self,
+        conn: ConnId,
+        id: JobId,
+        pri: u32,
+        delay_secs: u32,
+        now: Millis,
+    ) -> bool {
+        if !self.holds(conn, id) {
+            return false;
+        }
+        self.leave_state(id);
+        let job = self.jobs.get_mut(&id).expect("held job exists");
+        job.pri = pri;
+        job.delay = delay_secs;
+        job.releases += 1;
+        let durable = job.durable;
+        let ready_at = if delay_secs > 0 {
+            now + delay_secs as Millis * 1000
+        } else {
+            0
+        };
+        if ready_at > 0 {
+            self.enter_delayed(id, ready_at);
+        } else {
+            self.enter_ready(id);
+        }
+        if durable {
+            self.changes.push(Change::Release { id, pri, ready_at });
+        }
+        self.serve_waiters(now);
+        true
+    }
+
+    /// Sets a leased job aside until it is kicked.
+    pub fn bury(&mut self, conn: ConnId, id: JobId, pri: u32) -> bool {
+        if !self.holds(conn, id) {
+            return false;
+        }
+        self.leave_state(id);
+        let job = self.jobs.get_mut(&id).expect("held job exists");
+        job.pri = pri;
+        job.buries += 1;
+        let durable = job.durable;
+        self.enter_buried(id);
+        if durable {
+            self.changes.push(Change::Bury { id, pri });
+        }
+        true
+    }
+
+    /// Restarts a lease's clock with the job's full time-to-run.
+    pub fn touch(&mut self, conn: ConnId, id: JobId, now: Millis) -> bool {
+        if !self.holds(conn, id) {
+            return false;
+        }
+        let job = &self.jobs[&id];
+        if job.due > 0 {
+            let due = now + job.ttr as Millis * 1000;
+            self.timers.remove(job.due, Timer::Lease(id));
+            self.timers.add(due, Timer::Lease(id));
+            self.jobs.get_mut(&id).expect("held job exists").due = due;
+        }
+        true
+    }
+
+    /// Kicks up to `bound` jobs of a queue: buried ones (oldest first) if it has any,
+    /// otherwise delayed ones (soonest first). Returns how many were kicked.
+    pub fn kick(&mut self, q: QueueId, bound: u64, now: Millis) -> u64 {
+        let queue = self.queue(q);
+        let ids: Vec<JobId> = if !queue.buried.is_empty() {
+            queue.buried.iter().take(bound as usize).map(|&(_, id)| id).collect()
+        } else {
+            queue.delayed.iter().take(bound as usize).map(|&(_, id)| id).collect()
+        };
+        for &id in &ids {
+            self.kick_one(id);
+        }
+        self.serve_waiters(now);
+        ids.len() as u64
+    }
+
+    /// Kicks one buried or delayed job, in any queue.
+    pub fn kick_job(&mut self, id: JobId, now: Millis) -> bool {
+        match self.jobs.get(&id).map(|j| j.state) {
+            Some(JobState::Buried | JobState::Delayed) => {
+                self.kick_one(id);
+                self.serve_waiters(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn kick_one(&mut self, id: JobId) {
+        self.leave_state(id);
+        let job = self.jobs.get_mut(&id).expect("kicked job exists");
+        job.kicks += 1;
+        let durable = job.durable;
+        self.enter_ready(id);
+        if durable {
+            self.changes.push(Change::Kick { id });
+        }
+    }
+
+    /// The next job a reserve on this queue would get (pause ignored).
+    pub fn peek_ready(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).ready.first().map(|(_, id)| &self.jobs[id])
+    }
+    /// The delayed job of this queue that becomes ready soonest.
+    pub fn peek_delayed(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).delayed.first().map(|(_, id)| &self.jobs[id])
+    }
+    /// The job of this queue that was buried longest ago.
+    pub fn peek_buried(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).buried.first().map(|(_, id)| &self.jobs[id])
+    }
+
+    /// Whole seconds until a delayed job is ready or a lease ends (0 otherwise).
+    pub fn time_left_secs(&self, job: &Job, now: Millis) -> u64 {
+        match job.state {
+            JobState::Delayed | JobState::Reserved => job.due.saturating_sub(now) / 1000,
+            _ => 0,
+        }
+    }
+
+    // ----- reserving ----------------------------------------------------------------------
+
+    /// Takes a job from `queues`, or reports why not, or starts waiting.
+    ///
+    /// `timeout` is how long to wait (`None` = forever, `Some(0)` = not at all).
+    /// With `warn_deadline`, a connection whose lease is within the safety margin gets
+    /// [`ReserveOutcome::DeadlineSoon`] instead of waiting (only when nothing is ready).
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve(
+        &mut self,
+        conn: ConnId,
+        queues: &[QueueId],
+        mode: WaitMode,
+        lease: Lease,
+        timeout: Option<Millis>,
+        warn_deadline: bool,
+        now: Millis,
+    ) -> ReserveOutcome {
+        if mode != WaitMode::WakeOnly {
+            if let Some(id) = self.pick(queues, mode, now) {
+                self.leave_state(id);
+                self.lease_to(id, conn, lease, now);
+                return ReserveOutcome::Reserved(id);
+            }
+        } else if self.pick(queues, WaitMode::InOrder, now).is_some() {
+            return ReserveOutcome::Available;
+        }
+        let soonest = self.soonest_lease(conn);
+        if warn_deadline {
+            if let Some(due) = soonest {
+                if due <= now + SAFETY_MARGIN_MS {
+                    return ReserveOutcome::DeadlineSoon;
+                }
+            }
+        }
+        if timeout == Some(0) {
+            return ReserveOutcome::TimedOut;
+        }
+        self.start_wait(conn, queues, mode, lease, timeout, warn_deadline, soonest, now);
+        ReserveOutcome::Waiting
+    }
+
+    /// Whether any of the queues has a job that could be handed out now.
+    pub fn has_ready(&self, queues: &[QueueId], now: Millis) -> bool {
+        self.pick(queues, WaitMode::InOrder, now).is_some()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_wait(
+        &mut self,
+        conn: ConnId,
+        queues: &[QueueId],
+        mode: WaitMode,
+        lease: Lease,
+        timeout: Option<Millis>,
+        warn_deadline: bool,
+        soonest: Option<Millis>,
+        now: Millis,
+    ) {
+        self.cancel_wait(conn);
+        let timeout_at = timeout.map(|t| now + t);
+        if let Some(at) = timeout_at {
+            self.timers.add(at, Timer::WaitTimeout(conn));
+        }
+        let soon_at = soonest
+            .filter(|_| warn_deadline)
+            .map(|due| due.saturating_sub(SAFETY_MARGIN_MS));
+        if let Some(at) = soon_at {
+            self.timers.add(at, Timer::DeadlineSoon(conn));
+        }
+        for &q in queues {
+            self.queue_mut(q).waiters.push_back(conn);
+        }
+        self.sessions.entry(conn).or_default().wait = Some(Wait {
+            queues: queues.to_vec(),
+            mode,
+            lease,
+            timeout_at,
+            soon_at,
+        });
+    }
+
+    /// Ends a connection's wait, if it has one. Returns whether it was waiting.
+    pub fn cancel_wait(&mut self, conn: ConnId) -> bool {
+        let Some(wait) = self.sessions.get_mut(&conn).and_then(|s| s.wait.take()) else {
+            return false;
+        };
+        if let Some(at) = wait.timeout_at {
+            self.timers.remove(at, Timer::WaitTimeout(conn));
+        }
+        if let Some(at) = wait.soon_at {
+            self.timers.remove(at, Timer::DeadlineSoon(conn));
+        }
+        for q in wait.queues {
+            let waiters = &mut self.queue_mut(q).waiters;
+            if let Some(pos) = waiters.iter().position(|&c| c == conn) {
+                waiters.remove(pos);
+            }
+        }
+        true
+    }
+
+    /// Whether the connection is blocked in a reserve.
+    pub fn is_waiting(&self, conn: ConnId) -> bool {
+        self.sessions.get(&conn).is_some_and(|s| s.wait.is_some())
+    }
+
+    /// Connections blocked in a reserve.
+    pub fn waiting_count(&self) -> usize {
+        self.sessions.values().filter(|s| s.wait.is_some()).count()
+    }
+
+    /// Leases a specific job that is not already leased (beanstalkd `reserve-job`).
+    pub fn reserve_job(&mut self, conn: ConnId, id: JobId, lease: Lease, now: Millis) -> bool {
+        match self.jobs.get(&id).map(|j| j.state) {
+            Some(JobState::Reserved) | None => false,
+            Some(_) => {
+                self.leave_state(id);
+                self.lease_to(id, conn, lease, now);
+                true
+            }
+        }
+    }
+
+    /// Forgets a connection: its wait ends and every job it held is ready again.
+    pub fn disconnect(&mut self, conn: ConnId, now: Millis) {
+        self.cancel_wait(conn);
+        if let Some(session) = self.sessions.remove(&conn) {
+            for id in session.reserved {
+                self.leave_state_unowned(id);
+                self.enter_ready(id);
+            }
+        }
+        self.serve_waiters(now);
+    }
+
+    /// Jobs this connection holds a lease on.
+    pub fn held_by(&self, conn: ConnId) -> impl Iterator<Item = JobId> + '_ {
+        self.sessions
+            .get(&conn)
+            .into_iter()
+            .flat_map(|s| s.reserved.iter().copied())
+    }
+
+    fn holds(&self, conn: ConnId, id: JobId) -> bool {
+        self.jobs
+            .get(&id)
+            .is_some_and(|j| j.state == JobState::Reserved && j.owner == conn)
+    }
+
+    fn soonest_lease(&self, conn: ConnId) -> Option<Millis> {
+        let session = self.sessions.get(&conn)?;
+        session
+            .reserved
+            .iter()
+            .map(|id| self.jobs[id].due)
+            .filter(|&due| due > 0)
+            .min()
+    }
+
+    /// The job a reserve on these queues would get now, if any.
+    fn pick(&self, queues: &[QueueId], mode: WaitMode, now: Millis) -> Option<JobId> {
+        let mut best: Option<(u32, JobId)> = None;
+        for &q in queues {
+            let queue = self.queue(q);
+            if queue.is_paused(now) {
+                continue;
+            }
+            if let Some(head) = queue.head() {
+                if mode == WaitMode::InOrder {
+                    return Some(head.1);
+                }
+                if best.is_none_or(|b| head < b) {
+                    best = Some(head);
+                }
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Leases a job that has already been taken out of its previous state.
+    fn lease_to(&mut self, id: JobId, conn: ConnId, lease: Lease, now: Millis) {
+        let job = self.jobs.get_mut(&id).expect("leased job exists");
+        let due = match lease {
+            Lease::JobTtr => now + job.ttr.max(1) as Millis * 1000,
+            Lease::For(ms) => now + ms.max(1),
+            Lease::Unlimited => 0,
+        };
+        job.state = JobState::Reserved;
+        job.owner = conn;
+        job.due = due;
+        job.reserves += 1;
+        let q = job.queue;
+        self.queue_mut(q).reserved += 1;
+        if due > 0 {
+            self.timers.add(due, Timer::Lease(id));
+        }
+        self.sessions.entry(conn).or_default().reserved.insert(id);
+    }
+
+    /// Hands ready jobs to connections waiting on the queues that gained them.
+    fn serve_waiters(&mut self, now: Millis) {
+        while let Some(q) = self.to_serve.pop() {
+            self.serve_queue(q, now);
+        }
+    }
+
+    fn serve_queue(&mut self, q: QueueId, now: Millis) {
+        loop {
+            let Some(queue) = self.queues[q as usize].as_ref() else {
+                return;
+            };
+            if queue.ready.is_empty() || queue.is_paused(now) {
+                return;
+            }
+            let Some(&conn) = queue.waiters.front() else {
+                return;
+            };
+            let wait = self.sessions[&conn].wait.as_ref().expect("waiter has a wait");
+            let (mode, lease) = (wait.mode, wait.lease);
+            let queues = wait.queues.clone();
+            self.cancel_wait(conn);
+            if mode == WaitMode::WakeOnly {
+                self.notices.push(Notice {
+                    conn,
+                    kind: NoticeKind::Wake,
+                });
+                continue;
+            }
+            let id = self.pick(&queues, mode, now).expect("queue has a ready job");
+            self.leave_state(id);
+            self.lease_to(id, conn, lease, now);
+            self.notices.push(Notice {
+                conn,
+                kind: NoticeKind::Reserved(id),
+            });
+        }
+    }
+
+    // ----- state bookkeeping --------------------------------------------------------------
+
+    fn enter_ready(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Ready;
+        job.due = 0;
+        let (q, pri) = (job.queue, job.pri);
+        let queue = self.queue_mut(q);
+        queue.ready.insert((pri, id));
+        if pri < URGENT_PRIORITY {
+            queue.urgent += 1;
+        }
+        if !queue.waiters.is_empty() {
+            self.to_serve.push(q);
+        }
+    }
+
+    fn enter_delayed(&mut self, id: JobId, at: Millis) {
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Delayed;
+        job.due = at;
+        let q = job.queue;
+        self.queue_mut(q).delayed.insert((at, id));
+        self.timers.add(at, Timer::Delay(id));
+    }
+
+    fn enter_buried(&mut self, id: JobId) {
+        self.bury_seq += 1;
+        let seq = self.bury_seq;
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Buried;
+        job.due = 0;
+        job.buried_seq = seq;
+        let q = job.queue;
+        self.queue_mut(q).buried.insert((seq, id));
+    }
+
+    /// Takes a job out of whatever structure its state keeps it in.
+    fn leave_state(&mut self, id: JobId) {
+        let job = &self.jobs[&id];
+        if job.state == JobState::Reserved {
+            let owner = job.owner;
+            if let Some(s) = self.sessions.get_mut(&owner) {
+                s.reserved.remove(&id);
+            }
+        }
+        self.leave_state_unowned(id);
+    }
+
+    /// As [`Self::leave_state`], for when the owner's session is already gone.
+    fn leave_state_unowned(&mut self, id: JobId) {
+        let job = &self.jobs[&id];
+        let (q, pri, due, seq, state) = (job.queue, job.pri, job.due, job.buried_seq, job.state);
+        match state {
+            JobState::Ready => {
+                let queue = self.queue_mut(q);
+                queue.ready.remove(&(pri, id));
+                if pri < URGENT_PRIORITY {
+                    queue.urgent -= 1;
+                }
+            }
+            JobState::Delayed => {
+                self.queue_mut(q).delayed.remove(&(due, id));
+                self.timers.remove(due, Timer::Delay(id));
+            }
+            JobState::Reserved => {
+                self.queue_mut(q).reserved -= 1;
+                if due > 0 {
+                    self.timers.remove(due, Timer::Lease(id));
+                }
+            }
+            JobState::Buried => {
+                self.queue_mut(q).buried.remove(&(seq, id));
+            }
+        }
+    }
+
+    // ----- time ---------------------------------------------------------------------------
+
+    /// When [`Engine::tick`] next has work to do.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.timers.next()
+    }
+
+    /// Does everything that was due at or before `now`: delayed jobs become ready, leases
+    /// end, pauses end, waits time out.
+    pub fn tick(&mut self, now: Millis) {
+        while let Some((_, timer)) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Delay(id) => {
+                    self.leave_state(id);
+                    self.enter_ready(id);
+                }
+                Timer::Lease(id) => self.expire_lease(id),
+                Timer::Unpause(q) => {
+                    let queue = self.queue_mut(q);
+                    queue.paused_until = 0;
+                    queue.pause_secs = 0;
+                    self.to_serve.push(q);
+                    self.drop_queue_if_unreferenced(q);
+                }
+                Timer::WaitTimeout(conn) => self.end_wait(conn, NoticeKind::TimedOut),
+                Timer::DeadlineSoon(conn) => self.end_wait(conn, NoticeKind::DeadlineSoon),
+            }
+            self.serve_waiters(now);
+        }
+    }
+
+    fn end_wait(&mut self, conn: ConnId, kind: NoticeKind) {
+        if self.cancel_wait(conn) {
+            self.notices.push(Notice { conn, kind });
+        }
+    }
+
+    fn expire_lease(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("leased job exists");
+        job.timeouts += 1;
+        let owner = job.owner;
+        self.leave_state(id);
+        self.enter_ready(id);
+        self.job_timeouts += 1;
+        self.notices.push(Notice {
+            conn: owner,
+            kind: NoticeKind::LeaseExpired(id),
+        });
+    }
+
+    // ----- output -------------------------------------------------------------------------
+
+    /// Takes the changes made since the last call, in order, for the log.
+    pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
+        self.changes.drain(..)
+    }
+
+    /// Whether there are changes waiting for the log.
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    /// Takes the notices for connections produced since the last call.
+    pub fn take_notices(&mut self) -> std::vec::Drain<'_, Notice> {
+        self.notices.drain(..)
+    }
+
+    /// Job counts by state across all queues.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for queue in self.queues() {
+            c.urgent += queue.urgent as u64;
+            c.ready += queue.ready.len() as u64;
+            c.reserved += queue.reserved as u64;
+            c.delayed += queue.delayed.len() as u64;
+            c.buried += queue.buried.len() as u64;
+        }
+        c
+    }
+
+    // ----- recovery -----------------------------------------------------------------------
+
+    /// Applies one change read back from the log. Reservations are not logged, so a job
+    /// comes back ready, delayed or buried; changes to unknown jobs are ignored.
+    pub fn replay(&mut self, change: Change) {
+        match change {
+            Change::Put {
+                id,
+                queue,
+                pri,
+                ttr,
+                delay,
+                created,
+                state,
+                body,
+            } => {
+                if self.jobs.contains_key(&id) {
+                    let old = self.remove_job(id);
+                    self.drop_queue_if_unreferenced(old.queue);
+                }
+                let q = self.queue_id_or_create(&queue);
+                self.insert_job(id, q, pri, ttr, delay, created, state, body, true);
+                self.next_id = self.next_id.max(id + 1);
+            }
+            Change::Delete { id } => {
+                if self.jobs.contains_key(&id) {
+                    let old = self.remove_job(id);
+                    self.drop_queue_if_unreferenced(old.queue);
+                }
+            }
+            Change::Release { id, pri, ready_at } => {
+                if self.jobs.contains_key(&id) {
+                    self.leave_state(id);
+                    let job = self.jobs.get_mut(&id).expect("checked");
+                    job.pri = pri;
+                    if ready_at > 0 {
+                        self.enter_delayed(id, ready_at);
+                    } else {
+                        self.enter_ready(id);
+                    }
+                }
+            }
+            Change::Bury { id, pri } => {
+                if self.jobs.contains_key(&id) {
+                    self.leave_state(id);
+                    self.jobs.get_mut(&id).expect("checked").pri = pri;
+                    self.enter_buried(id);
+                }
+            }
+            Change::Kick { id } => {
+                if self.jobs.contains_key(&id) {
+                    self.leave_state(id);
+                    self.enter_ready(id);
+                }
+            }
+        }
+        self.to_serve.clear();
+    }
+
+    /// Makes sure ids continue above `next` (recovery reads it from a snapshot header).
+    pub fn raise_next_id(&mut self, next: JobId) {
+        self.next_id = self.next_id.max(next);
+    }
+
+    /// Every durable job as a `Put` change, such that replaying them rebuilds the same
+    /// queues: buried jobs come in burial order, leased jobs come back ready.
+    pub fn snapshot(&self) -> Vec<Change> {
+        let mut out = Vec::with_capacity(self.jobs.len());
+        for queue in self.queues() {
+            for (_, id) in &queue.buried {
+                let job = &self.jobs[id];
+                if job.durable {
+                    out.push(self.put_change(job, PutState::Buried));
+                }
+            }
+        }
+        for job in self.jobs.values() {
+            let state = match job.state {
+                JobState::Buried => continue,
+                JobState::Delayed => PutState::Delayed(job.due),
+                JobState::Ready | JobState::Reserved => PutState::Ready,
+            };
+            if job.durable {
+                out.push(self.put_change(job, state));
+            }
+        }
+        out
+    }
+
+    fn put_change(&self, job: &Job, state: PutState) -> Change {
+        Change::Put {
+            id: job.id,
+            queue: self.queue(job.queue).name.clone(),
+            pri: job.pri,
+            ttr: job.ttr,
+            delay: job.delay,
+            created: job.created,
+            state,
+            body: job.body.clone(),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The jobyard engine: every protocol's jobs live here.
+//!
+//! The engine is pure logic. It never reads a clock, a socket or a file: callers pass the
+//! current time in, and take out what the engine produced — [`Change`]s for the durable log
+//! and [`Notice`]s for connections that are waiting. That keeps it deterministic, which is
+//! what lets the property tests compare it against a model and lets recovery rebuild it
+//! by replaying the very changes it emitted.
+//!
+//! One namespace of queues serves every protocol: a beanstalkd tube, a Gearman function
+//! and a jobd target of the same name are the same [`Queue`].
+
+mod change;
+mod engine;
+mod job;
+mod queue;
+mod timers;
+
+pub use change::{Change, PutState};
+pub use engine::{Engine, Lease, Notice, NoticeKind, PutOutcome, ReserveOutcome, WaitMode};
+pub use job::{Job, JobState};
+pub use queue::{Queue, QueueId};
+
+/// Identifies a job for its whole life; never reused, and continued across restarts.
+pub type JobId = u64;
+
+/// Identifies a client session (a connection) to the engine, so leases and waits have an owner.
+pub type ConnId = u64;
+
+/// Wall-clock milliseconds since the Unix epoch. Wall clock (not monotonic) because delayed
+/// jobs are persisted with absolute ready times that must mean the same after a restart.
+pub type Millis = u64;
+
+/// Priorities below this count as "urgent" in statistics (beanstalkd's threshold).
+pub const URGENT_PRIORITY: u32 = 1024;
+
+/// How long before a lease ends its holder is warned instead of being given more work.
+pub const SAFETY_MARGIN_MS: Millis = 1000;

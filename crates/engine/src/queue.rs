@@ -1,0 +1,93 @@
+//! A queue: the ready, delayed and buried jobs of one name, plus its counters.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use bytes::Bytes;
+
+use crate::{ConnId, JobId, Millis};
+
+/// Index of a queue in the engine's queue table. Stable while the queue exists.
+pub type QueueId = u32;
+
+/// One named queue. What a protocol calls a tube, a function or a target.
+#[derive(Debug)]
+pub struct Queue {
+    pub name: Bytes,
+    /// Ready jobs ordered by (priority, id): the next one to hand out is first.
+    pub(crate) ready: BTreeSet<(u32, JobId)>,
+    /// Delayed jobs ordered by (ready-at, id).
+    pub(crate) delayed: BTreeSet<(Millis, JobId)>,
+    /// Buried jobs in burial order (the job's `buried_seq`).
+    pub(crate) buried: BTreeSet<(u64, JobId)>,
+    /// Connections blocked in a reserve that includes this queue, oldest first.
+    pub(crate) waiters: VecDeque<ConnId>,
+    pub reserved: u32,
+    pub urgent: u32,
+    /// No job is handed out from this queue before this time.
+    pub paused_until: Millis,
+    /// The pause length last asked for, in seconds.
+    pub pause_secs: u32,
+    /// Connections that put into this queue by default (beanstalkd `use`).
+    pub producers: u32,
+    /// Connections that take from this queue (beanstalkd `watch`, Gearman `CAN_DO`).
+    pub consumers: u32,
+    /// Holders that keep the queue alive even when it is empty.
+    pub pins: u32,
+    pub total_jobs: u64,
+    pub cmd_delete: u64,
+    pub cmd_pause: u64,
+}
+
+impl Queue {
+    pub(crate) fn new(name: Bytes) -> Self {
+        Queue {
+            name,
+            ready: BTreeSet::new(),
+            delayed: BTreeSet::new(),
+            buried: BTreeSet::new(),
+            waiters: VecDeque::new(),
+            reserved: 0,
+            urgent: 0,
+            paused_until: 0,
+            pause_secs: 0,
+            producers: 0,
+            consumers: 0,
+            pins: 0,
+            total_jobs: 0,
+            cmd_delete: 0,
+            cmd_pause: 0,
+        }
+    }
+
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+    pub fn delayed_len(&self) -> usize {
+        self.delayed.len()
+    }
+    pub fn buried_len(&self) -> usize {
+        self.buried.len()
+    }
+    /// Connections blocked waiting on this queue.
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+    pub fn is_paused(&self, now: Millis) -> bool {
+        self.paused_until > now
+    }
+    /// The highest-priority ready job, if any.
+    pub fn head(&self) -> Option<(u32, JobId)> {
+        self.ready.first().copied()
+    }
+    pub(crate) fn job_count(&self) -> usize {
+        self.ready.len() + self.delayed.len() + self.buried.len() + self.reserved as usize
+    }
+    /// Nothing refers to this queue any more, so it can be forgotten.
+    pub(crate) fn is_unreferenced(&self) -> bool {
+        self.job_count() == 0
+            && self.producers == 0
+            && self.consumers == 0
+            && self.pins == 0
+            && self.waiters.is_empty()
+    }
+}

@@ -1,0 +1,31 @@
+//! jobyard's embedded durable storage.
+//!
+//! The engine's [`Change`]s are appended to a log of segment files. Each record is framed
+//! as `len:u32 crc32:u32 payload` (little-endian), so recovery can tell a record that was
+//! cut off by a crash (the tail of the newest segment: dropped) from damage in the middle
+//! (a startup error naming the file and offset, unless salvaging was asked for).
+//!
+//! Appends never touch the disk themselves: they are encoded into a shared buffer, and one
+//! writer thread moves everything that accumulated to the file with one `write` and, when
+//! asked, one `fdatasync` (group commit). Each append returns a [`Lsn`]; a caller that must
+//! not acknowledge before its record is safe waits until [`Log::durable`] reaches it.
+//!
+//! A snapshot (`snap-N`) holds every live job as of the start of segment N, so segments
+//! before N can be deleted: that is how the log stays proportional to the live data.
+
+mod codec;
+mod files;
+mod lock;
+mod recovery;
+mod writer;
+
+pub use codec::{decode_change, encode_change, DecodeError};
+pub use files::disk_bytes;
+pub use lock::DirLock;
+pub use recovery::{recover, RecoveryError, RecoveryReport};
+pub use writer::{FsyncMode, Log, LogOptions};
+
+pub use jobyard_engine::Change;
+
+/// Log sequence number: the count of records appended since the log was opened.
+pub type Lsn = u64;

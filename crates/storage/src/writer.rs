@@ -1,0 +1,383 @@
+//! The log writer: appends are buffered under a short lock, and one thread writes and
+//! syncs whatever accumulated, so concurrent commands share one write and one fsync.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use jobyard_engine::Change;
+
+use crate::codec::encode_change;
+use crate::files::{
+    header, list, segment_path, snapshot_path, sync_dir, DataFile, SEGMENT_MAGIC, SNAPSHOT_END,
+    SNAPSHOT_MAGIC,
+};
+use crate::Lsn;
+
+/// When the log forces data to stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncMode {
+    /// Every write is synced before anything in it is acknowledged.
+    Always,
+    /// Acknowledge after `write(2)`; sync at most this often. Survives a process crash,
+    /// may lose the last interval in a power loss.
+    Interval(Duration),
+    /// Acknowledge after `write(2)`; the OS decides when to sync.
+    Never,
+}
+
+/// How the log is written.
+#[derive(Clone, Debug)]
+pub struct LogOptions {
+    pub fsync: FsyncMode,
+    /// A segment is closed and a new one started past this size.
+    pub segment_bytes: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            fsync: FsyncMode::Always,
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+struct SnapshotRequest {
+    /// Offset in the pending buffer where the new segment must start.
+    at: usize,
+    changes: Vec<Change>,
+    next_id: u64,
+}
+
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    appended: Lsn,
+    snapshot: Option<SnapshotRequest>,
+    shutdown: bool,
+}
+
+struct Shared {
+    dir: PathBuf,
+    options: LogOptions,
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    durable: AtomicU64,
+    snapshot_running: AtomicBool,
+    records_written: AtomicU64,
+    current_segment: AtomicU64,
+    on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+}
+
+/// The append side of the log, shared by every connection.
+pub struct Log {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Log {
+    /// Starts a fresh segment `first_segment` in `dir` and the writer thread.
+    /// `on_durable` is called from the writer thread each time more records are safe.
+    pub fn open(
+        dir: &Path,
+        first_segment: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+    ) -> io::Result<Log> {
+        let segment = Segment::create(dir, first_segment)?;
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            options,
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            durable: AtomicU64::new(0),
+            snapshot_running: AtomicBool::new(false),
+            records_written: AtomicU64::new(0),
+            current_segment: AtomicU64::new(first_segment),
+            on_durable,
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("jobyard-log".into())
+            .spawn(move || write_loop(worker, segment))?;
+        Ok(Log {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Encodes changes into the pending buffer; returns the LSN that covers them.
+    /// Call it in the same critical section that made the changes, so the log's order is
+    /// the engine's order.
+    pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
+        let mut p = self.shared.pending.lock().expect("log lock");
+        let was_empty = p.buf.is_empty();
+        for change in changes {
+            encode_change(&change, &mut p.buf);
+            p.appended += 1;
+        }
+        let lsn = p.appended;
+        if was_empty && !p.buf.is_empty() {
+            self.shared.wake.notify_one();
+        }
+        lsn
+    }
+
+    /// Everything up to this LSN may be acknowledged.
+    pub fn durable(&self) -> Lsn {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Records written since start (for stats).
+    pub fn records_written(&self) -> u64 {
+        self.shared.records_written.load(Ordering::Relaxed)
+    }
+
+    /// The segment new records go to.
+    pub fn current_segment(&self) -> u64 {
+        self.shared.current_segment.load(Ordering::Relaxed)
+    }
+
+    /// The oldest file still needed for recovery.
+    pub fn oldest_segment(&self) -> u64 {
+        list(&self.shared.dir)
+            .ok()
+            .and_then(|files| {
+                files.iter().find_map(|(k, _)| match k {
+                    DataFile::Segment(n) | DataFile::Snapshot(n) => Some(*n),
+                    DataFile::Temp => None,
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn snapshot_running(&self) -> bool {
+        self.shared.snapshot_running.load(Ordering::Acquire)
+    }
+
+    /// Starts a new segment at the current end of the log, and writes `changes` (the
+    /// engine's state at exactly this point) as a snapshot in the background; once it is
+    /// safe, every older file is deleted. Call it in the same critical section that took
+    /// the snapshot. Returns false if a snapshot is already being written.
+    pub fn request_snapshot(&self, changes: Vec<Change>, next_id: u64) -> bool {
+        if self.shared.snapshot_running.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let mut p = self.shared.pending.lock().expect("log lock");
+        let at = p.buf.len();
+        p.snapshot = Some(SnapshotRequest {
+            at,
+            changes,
+            next_id,
+        });
+        self.shared.wake.notify_one();
+        true
+    }
+
+    /// Writes and syncs everything appended, then stops the writer.
+    pub fn close(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shared.pending.lock().expect("log lock").shutdown = true;
+            self.shared.wake.notify_one();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Segment {
+    file: File,
+    seq: u64,
+    len: u64,
+}
+
+impl Segment {
+    fn create(dir: &Path, seq: u64) -> io::Result<Segment> {
+        let path = segment_path(dir, seq);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        file.write_all(&header(SEGMENT_MAGIC, seq))?;
+        file.sync_all()?;
+        sync_dir(dir)?;
+        Ok(Segment {
+            file,
+            seq,
+            len: crate::files::HEADER_LEN as u64,
+        })
+    }
+
+    /// Appends `data`. After a failed write the file is cut back to its last good length,
+    /// so a retry never leaves a half record in the middle of the log.
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        match self.file.write_all(data) {
+            Ok(()) => {
+                self.len += data.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                let _ = std::io::Seek::seek(&mut self.file, io::SeekFrom::Start(self.len));
+                Err(e)
+            }
+        }
+    }
+}
+
+fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) => {
+                tracing::error!("log {what} failed: {e}; retrying (nothing is acknowledged until it succeeds)");
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
+    let mut spare: Vec<u8> = Vec::new();
+    let mut last_sync = Instant::now();
+    let mut unsynced = false;
+    loop {
+        let (upto, snapshot, shutdown, records) = {
+            let mut p = shared.pending.lock().expect("log lock");
+            loop {
+                if !p.buf.is_empty() || p.snapshot.is_some() || p.shutdown {
+                    break;
+                }
+                match shared.options.fsync {
+                    FsyncMode::Interval(every) if unsynced => {
+                        let left = every.saturating_sub(last_sync.elapsed());
+                        if left.is_zero() {
+                            break;
+                        }
+                        p = shared.wake.wait_timeout(p, left).expect("log lock").0;
+                    }
+                    _ => p = shared.wake.wait(p).expect("log lock"),
+                }
+            }
+            std::mem::swap(&mut p.buf, &mut spare);
+            let durable = shared.durable.load(Ordering::Relaxed);
+            (p.appended, p.snapshot.take(), p.shutdown, p.appended - durable)
+        };
+        let data = &spare[..];
+        match snapshot {
+            Some(req) => {
+                retry("write", || segment.write(&data[..req.at]));
+                retry("sync", || segment.file.sync_data());
+                segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
+                shared.current_segment.store(segment.seq, Ordering::Relaxed);
+                retry("write", || segment.write(&data[req.at..]));
+                spawn_snapshot(&shared, segment.seq, req);
+            }
+            None => retry("write", || segment.write(data)),
+        }
+        let must_sync = match shared.options.fsync {
+            FsyncMode::Always => !data.is_empty(),
+            FsyncMode::Interval(every) => {
+                unsynced |= !data.is_empty();
+                unsynced && (last_sync.elapsed() >= every || shutdown)
+            }
+            FsyncMode::Never => shutdown,
+        };
+        if must_sync {
+            retry("sync", || segment.file.sync_data());
+            last_sync = Instant::now();
+            unsynced = false;
+        }
+        shared.records_written.fetch_add(records, Ordering::Relaxed);
+        shared.durable.store(upto, Ordering::Release);
+        (shared.on_durable)(upto);
+        spare.clear();
+        if spare.capacity() > 16 << 20 {
+            spare = Vec::new();
+        }
+        if segment.len >= shared.options.segment_bytes {
+            retry("sync", || segment.file.sync_data());
+            segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
+            shared.current_segment.store(segment.seq, Ordering::Relaxed);
+        }
+        if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
+            retry("sync", || segment.file.sync_data());
+            return;
+        }
+    }
+}
+
+/// Writes the snapshot on its own thread so appends keep flowing meanwhile.
+fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
+    let shared_for_thread = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("jobyard-snapshot".into())
+        .spawn(move || {
+            let shared = shared_for_thread;
+            match write_snapshot(&shared.dir, seq, &req.changes, req.next_id) {
+                Ok(()) => tracing::info!(
+                    "snapshot {seq} written ({} jobs); older log files removed",
+                    req.changes.len()
+                ),
+                Err(e) => tracing::error!("snapshot {seq} failed: {e}; the log keeps all segments"),
+            }
+            shared.snapshot_running.store(false, Ordering::Release);
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start snapshot thread: {e}");
+        shared.snapshot_running.store(false, Ordering::Release);
+    }
+}
+
+fn write_snapshot(dir: &Path, seq: u64, changes: &[Change], next_id: u64) -> io::Result<()> {
+    let final_path = snapshot_path(dir, seq);
+    let tmp = final_path.with_extension("snap.tmp");
+    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    out.write_all(&header(SNAPSHOT_MAGIC, seq))?;
+    out.write_all(&next_id.to_le_bytes())?;
+    let mut buf = Vec::with_capacity(64 << 10);
+    for change in changes {
+        encode_change(change, &mut buf);
+        if buf.len() >= 60 << 10 {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)?;
+    out.write_all(SNAPSHOT_END)?;
+    out.write_all(&(changes.len() as u64).to_le_bytes())?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    fs::rename(&tmp, &final_path)?;
+    sync_dir(dir)?;
+    for (kind, path) in list(dir)? {
+        let old = match kind {
+            DataFile::Segment(n) | DataFile::Snapshot(n) => n < seq,
+            DataFile::Temp => false,
+        };
+        if old {
+            fs::remove_file(path)?;
+        }
+    }
+    sync_dir(dir)
+}
