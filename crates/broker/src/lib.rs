@@ -1,1 +1,223 @@
+//! The broker: one live [`Engine`] shared by every protocol adapter.
+//!
+//! Adapters call [`Broker::lock`] to get a [`Txn`], run engine operations on it, and
+//! [`Txn::commit`] it. Committing appends the engine's changes to the log *inside* the
+//! lock, so the log's order is the engine's order, and hands notices to the mailboxes of
+//! the connections they concern. The adapter then awaits [`Broker::wait_durable`] for the
+//! returned position before it replies, which is how "acknowledged means on disk" holds
+//! while many connections share one write and one fsync.
+//!
+//! The broker also runs the engine's clock (leases, delays, pauses and reserve timeouts
+//! fire on time whether or not any client speaks) and compacts the log when it has grown
+//! well past the live data.
 
+mod durability;
+mod timers;
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jobyard_engine::{ConnId, Engine, Millis, NoticeKind};
+use jobyard_storage::Log;
+use tokio::sync::{mpsc, Notify};
+
+pub use durability::Compaction;
+pub use jobyard_storage::Lsn;
+
+/// Where notices for one connection arrive.
+pub type Mailbox = mpsc::UnboundedReceiver<NoticeKind>;
+
+/// The engine and who to tell about what it does. Guarded by one mutex.
+struct Core {
+    engine: Engine,
+    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<NoticeKind>>,
+}
+
+/// The shared live engine. Cheap to clone through an `Arc`.
+pub struct Broker {
+    core: Mutex<Core>,
+    log: Option<Log>,
+    data_dir: Option<PathBuf>,
+    durable_changed: Arc<Notify>,
+    timer_changed: Notify,
+    /// When the timer task next wakes up on its own (ms since epoch; MAX = never).
+    timer_at: AtomicU64,
+    next_conn: AtomicU64,
+    draining: AtomicBool,
+    compaction: Compaction,
+}
+
+impl Broker {
+    /// A broker over an engine recovered from `log`'s directory (or an in-memory one when
+    /// `log` is `None`). `durable_changed` must be the notifier the log's writer signals.
+    pub fn new(
+        engine: Engine,
+        log: Option<(Log, PathBuf)>,
+        durable_changed: Arc<Notify>,
+        compaction: Compaction,
+    ) -> Arc<Broker> {
+        let (log, data_dir) = match log {
+            Some((log, dir)) => (Some(log), Some(dir)),
+            None => (None, None),
+        };
+        Arc::new(Broker {
+            core: Mutex::new(Core {
+                engine,
+                mailboxes: HashMap::new(),
+            }),
+            log,
+            data_dir,
+            durable_changed,
+            timer_changed: Notify::new(),
+            timer_at: AtomicU64::new(u64::MAX),
+            next_conn: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+            compaction,
+        })
+    }
+
+    /// Current wall-clock time in the engine's unit.
+    pub fn now() -> Millis {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as Millis)
+            .unwrap_or(0)
+    }
+
+    /// Locks the engine for a series of operations.
+    pub fn lock(&self) -> Txn<'_> {
+        Txn {
+            broker: self,
+            core: self.core.lock().unwrap_or_else(|e| e.into_inner()),
+            lsn: 0,
+        }
+    }
+
+    /// Registers a new connection; notices for it arrive in the returned mailbox.
+    pub fn connect(&self) -> (ConnId, Mailbox) {
+        let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().core.mailboxes.insert(conn, tx);
+        (conn, rx)
+    }
+
+    /// Forgets a connection: its wait ends and the jobs it held are ready again.
+    pub fn disconnect(&self, conn: ConnId) {
+        let mut txn = self.lock();
+        txn.core.mailboxes.remove(&conn);
+        txn.disconnect(conn, Self::now());
+    }
+
+    /// Whether puts are refused (SIGUSR1 / drain mode). One way: only a restart ends it.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// The log, when jobs are persisted.
+    pub fn log(&self) -> Option<&Log> {
+        self.log.as_ref()
+    }
+
+    /// Waits until everything up to `lsn` is durable (as the fsync mode defines it).
+    pub async fn wait_durable(&self, lsn: Lsn) {
+        let Some(log) = &self.log else { return };
+        if lsn == 0 || log.durable() >= lsn {
+            return;
+        }
+        loop {
+            let notified = self.durable_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if log.durable() >= lsn {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Starts the clock and the compaction check. Call once, inside a tokio runtime.
+    pub fn start(self: &Arc<Self>) {
+        tokio::spawn(timers::run(self.clone()));
+        if self.log.is_some() {
+            tokio::spawn(durability::compact_when_needed(self.clone()));
+        }
+    }
+
+    /// Writes and syncs everything in the log and stops its writer, after letting a
+    /// snapshot in progress finish. Call once connections are closed.
+    pub fn shutdown(&self) {
+        if let Some(log) = &self.log {
+            while log.snapshot_running() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            log.close();
+        }
+    }
+}
+
+/// A locked engine. Dereferences to [`Engine`]; [`Txn::commit`] (or dropping it) sends the
+/// changes to the log and the notices to their connections.
+pub struct Txn<'a> {
+    broker: &'a Broker,
+    core: MutexGuard<'a, Core>,
+    lsn: Lsn,
+}
+
+impl Txn<'_> {
+    /// Ends the transaction and returns the log position its changes must reach before
+    /// anything about them is acknowledged (0 if there were none).
+    pub fn commit(mut self) -> Lsn {
+        self.flush();
+        self.lsn
+    }
+
+    fn flush(&mut self) {
+        let core = &mut *self.core;
+        if core.engine.has_changes() {
+            match &self.broker.log {
+                Some(log) => self.lsn = log.append(core.engine.take_changes()),
+                None => {
+                    core.engine.take_changes();
+                }
+            }
+        }
+        for notice in core.engine.take_notices() {
+            if let Some(tx) = core.mailboxes.get(&notice.conn) {
+                let _ = tx.send(notice.kind);
+            }
+        }
+        if let Some(next) = core.engine.next_deadline() {
+            if next < self.broker.timer_at.load(Ordering::Relaxed) {
+                self.broker.timer_at.store(next, Ordering::Relaxed);
+                self.broker.timer_changed.notify_one();
+            }
+        }
+    }
+}
+
+impl Deref for Txn<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.core.engine
+    }
+}
+
+impl DerefMut for Txn<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.core.engine
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

@@ -1,1 +1,67 @@
-fn main(){}
+//! `jobyard`: the server binary.
+//!
+//! `jobyard serve` runs the server with embedded durable storage; `jobyard beanstalkd`
+//! takes beanstalkd's own command line (so does the binary when invoked as `beanstalkd`).
+
+mod compat;
+mod run;
+mod settings;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "jobyard", version, about = "One durable job server for the job protocols you already run")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the server with its embedded durable storage.
+    Serve(settings::ServeArgs),
+    /// Run as a drop-in beanstalkd, taking beanstalkd 1.12's flags (see `jobyard beanstalkd -h`).
+    #[command(disable_help_flag = true)]
+    Beanstalkd {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    let invoked_as = argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let settings = if invoked_as == "beanstalkd" {
+        beanstalkd(&argv[1..])
+    } else {
+        match Cli::parse().command {
+            Cmd::Serve(args) => args.resolve().unwrap_or_else(|e| {
+                eprintln!("jobyard: {e}");
+                std::process::exit(2)
+            }),
+            Cmd::Beanstalkd { args } => beanstalkd(&args),
+        }
+    };
+    std::process::exit(run::run(settings));
+}
+
+fn beanstalkd(args: &[String]) -> settings::Settings {
+    match compat::parse(args) {
+        compat::Compat::Run(s) => s,
+        compat::Compat::Print(text) => {
+            print!("{text}");
+            std::process::exit(0)
+        }
+        compat::Compat::Fail(text, code) => {
+            eprint!("{text}");
+            if !text.ends_with('\n') {
+                eprintln!();
+            }
+            std::process::exit(code)
+        }
+    }
+}

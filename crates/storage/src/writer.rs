@@ -77,7 +77,7 @@ struct Shared {
 /// The append side of the log, shared by every connection.
 pub struct Log {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Log {
@@ -107,7 +107,7 @@ impl Log {
             .spawn(move || write_loop(worker, segment))?;
         Ok(Log {
             shared,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -179,13 +179,11 @@ impl Log {
         true
     }
 
-    /// Writes and syncs everything appended, then stops the writer.
-    pub fn close(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        if let Some(thread) = self.thread.take() {
+    /// Writes and syncs everything appended, then stops the writer. Later appends are
+    /// never written, so call it only once nothing else will be acknowledged.
+    pub fn close(&self) {
+        let thread = self.thread.lock().expect("log thread lock").take();
+        if let Some(thread) = thread {
             self.shared.pending.lock().expect("log lock").shutdown = true;
             self.shared.wake.notify_one();
             let _ = thread.join();
@@ -195,7 +193,7 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
-        self.stop();
+        self.close();
     }
 }
 

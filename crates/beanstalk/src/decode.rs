@@ -1,0 +1,317 @@
+//! Splitting a connection's byte stream into requests, with every size bounded.
+//!
+//! A command line is found only within its first [`MAX_LINE`] bytes; a longer one is
+//! discarded up to its CRLF and answered `BAD_FORMAT` (unlike beanstalkd 1.12, a line of
+//! exactly 225 bytes or a stray CR does not stall the connection). A put body is read by
+//! its declared size, never searched for CRLF; one over the job size limit is skipped as
+//! it arrives and answered `JOB_TOO_BIG`. So a connection never buffers more than one line
+//! or one body of at most the job size limit, whatever it sends.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::command::{parse_line, put_size, Command, ParseError, MAX_LINE};
+
+/// One unit of work for the session, in arrival order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Any command but put.
+    Command(Command),
+    /// A put with its whole body.
+    Put {
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        body: Bytes,
+    },
+    /// A put that failed on the wire; counts as a put in stats.
+    PutRejected(&'static [u8]),
+    /// A line that is not a valid command.
+    Invalid(ParseError),
+}
+
+pub const EXPECTED_CRLF: &[u8] = b"EXPECTED_CRLF\r\n";
+pub const JOB_TOO_BIG: &[u8] = b"JOB_TOO_BIG\r\n";
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Line,
+    /// Reading a put body of `len` bytes plus CRLF.
+    Body {
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        len: usize,
+    },
+    /// Throwing away an oversized body (and its CRLF).
+    SkipBody { left: usize },
+    /// Throwing away an overlong line up to its CRLF.
+    DiscardLine,
+}
+
+/// The incremental decoder of one connection.
+#[derive(Debug)]
+pub struct Decoder {
+    state: State,
+    max_job_size: u32,
+}
+
+impl Decoder {
+    pub fn new(max_job_size: u32) -> Self {
+        Decoder {
+            state: State::Line,
+            max_job_size,
+        }
+    }
+
+    /// Takes the next complete request from `buf`, or `None` if more bytes are needed.
+    /// Consumes exactly the bytes that belong to what it returns or discards.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Option<Request> {
+        loop {
+            match self.state {
+                State::Line => {
+                    let window = &buf[..buf.len().min(MAX_LINE)];
+                    let Some(end) = find_crlf(window) else {
+                        if buf.len() >= MAX_LINE {
+                            self.state = State::DiscardLine;
+                            continue;
+                        }
+                        return None;
+                    };
+                    let line = buf.split_to(end + 2);
+                    let line = &line[..end];
+                    match parse_line(line) {
+                        Ok(Command::Put {
+                            pri,
+                            delay,
+                            ttr,
+                            bytes,
+                        }) => {
+                            let len = bytes as usize;
+                            self.state = if bytes > self.max_job_size {
+                                State::SkipBody { left: len + 2 }
+                            } else {
+                                buf.reserve(len + 2);
+                                State::Body {
+                                    pri,
+                                    delay,
+                                    ttr,
+                                    len,
+                                }
+                            };
+                        }
+                        Ok(command) => return Some(Request::Command(command)),
+                        Err(ParseError::BadFormat)
+                            if put_size(line).is_some_and(|n| n > self.max_job_size) =>
+                        {
+                            let n = put_size(line).expect("checked") as usize;
+                            self.state = State::SkipBody { left: n + 2 };
+                        }
+                        Err(e) => return Some(Request::Invalid(e)),
+                    }
+                }
+                State::Body {
+                    pri,
+                    delay,
+                    ttr,
+                    len,
+                } => {
+                    if buf.len() < len + 2 {
+                        return None;
+                    }
+                    self.state = State::Line;
+                    // A copy, not a slice of the read buffer: a stored job must not keep
+                    // a whole read buffer alive.
+                    let body = Bytes::copy_from_slice(&buf[..len]);
+                    let crlf_ok = &buf[len..len + 2] == b"\r\n";
+                    buf.advance(len + 2);
+                    return Some(if crlf_ok {
+                        Request::Put {
+                            pri,
+                            delay,
+                            ttr,
+                            body,
+                        }
+                    } else {
+                        Request::PutRejected(EXPECTED_CRLF)
+                    });
+                }
+                State::SkipBody { left } => {
+                    let n = left.min(buf.len());
+                    buf.advance(n);
+                    if n < left {
+                        self.state = State::SkipBody { left: left - n };
+                        return None;
+                    }
+                    self.state = State::Line;
+                    return Some(Request::PutRejected(JOB_TOO_BIG));
+                }
+                State::DiscardLine => match find_crlf(buf) {
+                    Some(end) => {
+                        buf.advance(end + 2);
+                        self.state = State::Line;
+                        return Some(Request::Invalid(ParseError::BadFormat));
+                    }
+                    None => {
+                        // Keep a trailing CR: its LF may be in the next read.
+                        let keep = usize::from(buf.last() == Some(&b'\r'));
+                        let drop = buf.len() - keep;
+                        buf.advance(drop);
+                        return None;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Whether the decoder is in the middle of a request (a partial line or body).
+    pub fn is_idle(&self, buf: &BytesMut) -> bool {
+        matches!(self.state, State::Line) && buf.is_empty()
+    }
+}
+
+fn find_crlf(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = buf[from..].iter().position(|&b| b == b'\n') {
+        let at = from + i;
+        if at > 0 && buf[at - 1] == b'\r' {
+            return Some(at - 1);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(input: &[u8], max: u32) -> Vec<Request> {
+        let mut d = Decoder::new(max);
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(r) = d.decode(&mut buf) {
+            out.push(r);
+        }
+        out
+    }
+
+    /// Feeds the input one byte at a time: every split of a command must work.
+    fn bytewise(input: &[u8], max: u32) -> Vec<Request> {
+        let mut d = Decoder::new(max);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for &b in input {
+            buf.extend_from_slice(&[b]);
+            while let Some(r) = d.decode(&mut buf) {
+                out.push(r);
+            }
+        }
+        out
+    }
+
+    fn put(body: &'static [u8]) -> Request {
+        Request::Put {
+            pri: 1,
+            delay: 0,
+            ttr: 5,
+            body: Bytes::from_static(body),
+        }
+    }
+
+    #[test]
+    fn bodies_are_read_by_size_whatever_they_contain() {
+        let input = b"put 1 0 5 6\r\na\r\nb\0c\r\nput 1 0 5 0\r\n\r\nstats\r\n";
+        let want = vec![put(b"a\r\nb\0c"), put(b""), Request::Command(Command::Stats)];
+        assert_eq!(all(input, 65535), want);
+        assert_eq!(bytewise(input, 65535), want);
+    }
+
+    #[test]
+    fn a_body_without_crlf_is_expected_crlf_and_exactly_n_plus_2_bytes_are_eaten() {
+        let input = b"put 1 0 5 3\r\nabcXYstats\r\n";
+        assert_eq!(
+            all(input, 100),
+            vec![
+                Request::PutRejected(EXPECTED_CRLF),
+                Request::Command(Command::Stats)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_body_of_exactly_the_limit_is_accepted_and_one_more_is_too_big() {
+        let ok = all(b"put 1 0 5 4\r\nabcd\r\n", 4);
+        assert!(matches!(ok[0], Request::Put { .. }));
+        let input = b"put 1 0 5 5\r\nabcde\r\nstats\r\n";
+        let want = vec![
+            Request::PutRejected(JOB_TOO_BIG),
+            Request::Command(Command::Stats),
+        ];
+        assert_eq!(all(input, 4), want);
+        assert_eq!(bytewise(input, 4), want);
+    }
+
+    #[test]
+    fn job_too_big_wins_over_trailing_junk() {
+        let input = b"put 1 0 5 5 junk\r\nabcde\r\nstats\r\n";
+        assert_eq!(all(input, 4)[0], Request::PutRejected(JOB_TOO_BIG));
+        assert_eq!(all(input, 4).len(), 2);
+    }
+
+    #[test]
+    fn a_bad_put_line_does_not_eat_the_body() {
+        let input = b"put 1 0 5 x\r\nstats\r\n";
+        assert_eq!(
+            all(input, 100),
+            vec![
+                Request::Invalid(ParseError::BadFormat),
+                Request::Command(Command::Stats)
+            ]
+        );
+    }
+
+    #[test]
+    fn overlong_lines_are_bad_format_and_the_next_command_still_works() {
+        for len in [222usize, 223, 224, 225, 300, 5000] {
+            let mut input = vec![b'x'; len];
+            input.extend_from_slice(b"\r\nstats\r\n");
+            let got = bytewise(&input, 100);
+            let first = if len + 2 <= MAX_LINE {
+                Request::Invalid(ParseError::UnknownCommand)
+            } else {
+                Request::Invalid(ParseError::BadFormat)
+            };
+            assert_eq!(got, vec![first, Request::Command(Command::Stats)], "len {len}");
+        }
+    }
+
+    #[test]
+    fn a_stray_cr_does_not_stall_the_line() {
+        let got = all(b"sta\rts\r\nstats\r\n", 100);
+        assert_eq!(
+            got,
+            vec![
+                Request::Invalid(ParseError::UnknownCommand),
+                Request::Command(Command::Stats)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bare_lf_does_not_end_a_line() {
+        assert_eq!(all(b"stats\n", 100), vec![]);
+    }
+
+    #[test]
+    fn memory_stays_bounded_while_discarding() {
+        let mut d = Decoder::new(100);
+        let mut buf = BytesMut::new();
+        for _ in 0..1000 {
+            buf.extend_from_slice(&[b'y'; 4096]);
+            assert_eq!(d.decode(&mut buf), None);
+            assert!(buf.len() <= MAX_LINE);
+        }
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(d.decode(&mut buf), Some(Request::Invalid(ParseError::BadFormat)));
+    }
+}

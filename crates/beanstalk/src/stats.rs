@@ -1,0 +1,261 @@
+//! Server-wide counters and the YAML that `stats`, `stats-tube` and `stats-job` return.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use jobyard_engine::{Engine, Job, Millis, QueueId};
+
+/// The commands beanstalkd counts, in `stats` order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    Put,
+    Peek,
+    PeekReady,
+    PeekDelayed,
+    PeekBuried,
+    Reserve,
+    ReserveWithTimeout,
+    Delete,
+    Release,
+    Use,
+    Watch,
+    Ignore,
+    Bury,
+    Kick,
+    Touch,
+    Stats,
+    StatsJob,
+    StatsTube,
+    ListTubes,
+    ListTubeUsed,
+    ListTubesWatched,
+    PauseTube,
+}
+
+const COUNTED_NAMES: [&str; 22] = [
+    "cmd-put",
+    "cmd-peek",
+    "cmd-peek-ready",
+    "cmd-peek-delayed",
+    "cmd-peek-buried",
+    "cmd-reserve",
+    "cmd-reserve-with-timeout",
+    "cmd-delete",
+    "cmd-release",
+    "cmd-use",
+    "cmd-watch",
+    "cmd-ignore",
+    "cmd-bury",
+    "cmd-kick",
+    "cmd-touch",
+    "cmd-stats",
+    "cmd-stats-job",
+    "cmd-stats-tube",
+    "cmd-list-tubes",
+    "cmd-list-tube-used",
+    "cmd-list-tubes-watched",
+    "cmd-pause-tube",
+];
+
+/// Counters shared by every beanstalkd connection.
+#[derive(Debug)]
+pub struct Stats {
+    commands: [AtomicU64; 22],
+    pub total_connections: AtomicU64,
+    pub current_connections: AtomicU64,
+    pub current_producers: AtomicU64,
+    pub current_workers: AtomicU64,
+    started: Instant,
+    id: String,
+    hostname: String,
+    os: String,
+    platform: String,
+}
+
+/// What the log reports about itself in `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogStats {
+    pub oldest_index: u64,
+    pub current_index: u64,
+    pub records_written: u64,
+    pub max_size: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stats {
+    pub fn new() -> Self {
+        let (hostname, os, platform) = uname();
+        Stats {
+            commands: Default::default(),
+            total_connections: AtomicU64::new(0),
+            current_connections: AtomicU64::new(0),
+            current_producers: AtomicU64::new(0),
+            current_workers: AtomicU64::new(0),
+            started: Instant::now(),
+            id: random_id(),
+            hostname,
+            os,
+            platform,
+        }
+    }
+
+    pub fn count(&self, c: Counted) {
+        self.commands[c as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `stats` YAML (51 keys in beanstalkd 1.12's order).
+    pub fn server_yaml(
+        &self,
+        engine: &Engine,
+        max_job_size: u32,
+        log: LogStats,
+        draining: bool,
+    ) -> String {
+        let c = engine.counts();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut y = String::with_capacity(1400);
+        y.push_str("---\n");
+        let mut kv = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = writeln!(y, "{k}: {v}");
+        };
+        kv("current-jobs-urgent", &c.urgent);
+        kv("current-jobs-ready", &c.ready);
+        kv("current-jobs-reserved", &c.reserved);
+        kv("current-jobs-delayed", &c.delayed);
+        kv("current-jobs-buried", &c.buried);
+        for (name, n) in COUNTED_NAMES.iter().zip(&self.commands) {
+            kv(name, &load(n));
+        }
+        let (utime, stime) = rusage();
+        kv("job-timeouts", &engine.job_timeouts);
+        kv("total-jobs", &engine.total_jobs);
+        kv("max-job-size", &max_job_size);
+        kv("current-tubes", &engine.queue_count());
+        kv("current-connections", &load(&self.current_connections));
+        kv("current-producers", &load(&self.current_producers));
+        kv("current-workers", &load(&self.current_workers));
+        kv("current-waiting", &engine.waiting_count());
+        kv("total-connections", &load(&self.total_connections));
+        kv("pid", &std::process::id());
+        kv("version", &format!("\"{}\"", env!("CARGO_PKG_VERSION")));
+        kv("rusage-utime", &utime);
+        kv("rusage-stime", &stime);
+        kv("uptime", &self.started.elapsed().as_secs());
+        kv("binlog-oldest-index", &log.oldest_index);
+        kv("binlog-current-index", &log.current_index);
+        kv("binlog-records-migrated", &0);
+        kv("binlog-records-written", &log.records_written);
+        kv("binlog-max-size", &log.max_size);
+        kv("draining", &draining);
+        kv("id", &self.id);
+        kv("hostname", &self.hostname);
+        kv("os", &self.os);
+        kv("platform", &self.platform);
+        y
+    }
+}
+
+/// The `stats-tube` YAML (14 keys).
+pub fn tube_yaml(engine: &Engine, q: QueueId, now: Millis) -> String {
+    let t = engine.queue(q);
+    format!(
+        "---\nname: {}\ncurrent-jobs-urgent: {}\ncurrent-jobs-ready: {}\n\
+         current-jobs-reserved: {}\ncurrent-jobs-delayed: {}\ncurrent-jobs-buried: {}\n\
+         total-jobs: {}\ncurrent-using: {}\ncurrent-watching: {}\ncurrent-waiting: {}\n\
+         cmd-delete: {}\ncmd-pause-tube: {}\npause: {}\npause-time-left: {}\n",
+        String::from_utf8_lossy(&t.name),
+        t.urgent,
+        t.ready_len(),
+        t.reserved,
+        t.delayed_len(),
+        t.buried_len(),
+        t.total_jobs,
+        t.producers,
+        t.consumers,
+        t.waiting(),
+        t.cmd_delete,
+        t.cmd_pause,
+        if t.is_paused(now) { t.pause_secs } else { 0 },
+        engine.pause_left_secs(q, now),
+    )
+}
+
+/// The `stats-job` YAML (14 keys).
+pub fn job_yaml(engine: &Engine, job: &Job, now: Millis) -> String {
+    format!(
+        "---\nid: {}\ntube: {}\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\n\
+         time-left: {}\nfile: 0\nreserves: {}\ntimeouts: {}\nreleases: {}\nburies: {}\n\
+         kicks: {}\n",
+        job.id,
+        String::from_utf8_lossy(&engine.queue(job.queue).name),
+        job.state.as_str(),
+        job.pri,
+        now.saturating_sub(job.created) / 1000,
+        job.delay,
+        job.ttr,
+        engine.time_left_secs(job, now),
+        job.reserves,
+        job.timeouts,
+        job.releases,
+        job.buries,
+        job.kicks,
+    )
+}
+
+/// A YAML list (`list-tubes`, `list-tubes-watched`).
+pub fn list_yaml<'a>(names: impl Iterator<Item = &'a [u8]>) -> String {
+    let mut y = String::from("---\n");
+    for name in names {
+        y.push_str("- ");
+        y.push_str(&String::from_utf8_lossy(name));
+        y.push('\n');
+    }
+    y
+}
+
+fn rusage() -> (String, String) {
+    // SAFETY: getrusage writes into the zeroed struct we pass; no other memory is touched.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+fn uname() -> (String, String, String) {
+    // SAFETY: uname fills the zeroed struct; its fields are NUL-terminated C strings.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return Default::default();
+        }
+        let s = |f: &[libc::c_char]| {
+            std::ffi::CStr::from_ptr(f.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        };
+        (s(&u.nodename), s(&u.version), s(&u.machine))
+    }
+}
+
+/// 16 hex digits that differ from one start to the next.
+fn random_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: the README's test command, and what .ci/run calls.
+#   1. installs what the tests need (scripts/setup.sh, idempotent)
+#   2. formatting and lints
+#   3. unit, property and black-box tests (cargo test: builds the real binary)
+#   4. real-client, crash and smoke tests against the built binary (pytest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo build --workspace --quiet
+cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
+python3 -m pytest -q tests
