@@ -29,6 +29,8 @@ pub enum Change {
         delay: u32,
         created: Millis,
         state: PutState,
+        /// A client-chosen key, unique among the queue's live jobs (Gearman's unique id).
+        unique: Option<Bytes>,
         body: Bytes,
     },
     /// A job ended: deleted, completed or failed for good.

@@ -54,6 +54,24 @@ pub enum NoticeKind {
     LeaseExpired(JobId),
 }
 
+/// Everything a new job is made of; [`Engine::put_job`] takes it.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub queue: QueueId,
+    pub pri: u32,
+    /// Lease length in seconds for [`Lease::JobTtr`] reservations.
+    pub ttr: u32,
+    /// Not handed out before this wall-clock time (0 or past = ready now).
+    pub ready_at: Millis,
+    /// Seconds of delay to report in stats.
+    pub delay: u32,
+    pub body: Bytes,
+    /// Optional key that no other live job of the queue may have.
+    pub unique: Option<Bytes>,
+    /// Whether the job is written to the log (and so survives a restart).
+    pub durable: bool,
+}
+
 /// The result of [`Engine::put`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PutOutcome {
@@ -125,6 +143,9 @@ pub struct Engine {
     /// Leases that ran out since start.
     pub job_timeouts: u64,
     live_bytes: u64,
+    /// Unique keys of the jobs that have one, both ways.
+    unique_of: HashMap<JobId, Bytes>,
+    by_unique: HashMap<(QueueId, Bytes), JobId>,
 }
 
 impl Default for Engine {
@@ -155,6 +176,8 @@ impl Engine {
             total_jobs: 0,
             job_timeouts: 0,
             live_bytes: 0,
+            unique_of: HashMap::new(),
+            by_unique: HashMap::new(),
         }
     }
 
@@ -303,30 +326,79 @@ impl Engine {
         durable: bool,
         now: Millis,
     ) -> PutOutcome {
+        let ready_at = if delay_secs > 0 {
+            now + delay_secs as Millis * 1000
+        } else {
+            0
+        };
+        self.put_job(
+            NewJob {
+                queue: q,
+                pri,
+                ttr,
+                ready_at,
+                delay: delay_secs,
+                body,
+                unique: None,
+                durable,
+            },
+            now,
+        )
+    }
+
+    /// Creates a job from its full description. The caller checks uniqueness first with
+    /// [`Engine::find_unique`]; a key already in use is taken over by the new job.
+    pub fn put_job(&mut self, job: NewJob, now: Millis) -> PutOutcome {
         let id = self.next_id;
         self.next_id += 1;
         self.total_jobs += 1;
-        let state = if delay_secs > 0 {
-            PutState::Delayed(now + delay_secs as Millis * 1000)
+        let state = if job.ready_at > now {
+            PutState::Delayed(job.ready_at)
         } else {
             PutState::Ready
         };
-        if durable {
+        let q = job.queue;
+        if job.durable {
             self.changes.push(Change::Put {
                 id,
                 queue: self.queue(q).name.clone(),
-                pri,
-                ttr,
-                delay: delay_secs,
+                pri: job.pri,
+                ttr: job.ttr,
+                delay: job.delay,
                 created: now,
                 state,
-                body: body.clone(),
+                unique: job.unique.clone(),
+                body: job.body.clone(),
             });
         }
-        self.insert_job(id, q, pri, ttr, delay_secs, now, state, body, durable);
+        self.insert_job(
+            id, q, job.pri, job.ttr, job.delay, now, state, job.body, job.durable,
+        );
+        if let Some(key) = job.unique {
+            self.set_unique(id, q, key);
+        }
         self.queue_mut(q).total_jobs += 1;
         self.serve_waiters(now);
         PutOutcome { id }
+    }
+
+    fn set_unique(&mut self, id: JobId, q: QueueId, key: Bytes) {
+        if let Some(old) = self.by_unique.insert((q, key.clone()), id) {
+            self.unique_of.remove(&old);
+        }
+        self.unique_of.insert(id, key);
+    }
+
+    /// The live job of this queue that has this unique key.
+    pub fn find_unique(&self, q: QueueId, key: &[u8]) -> Option<JobId> {
+        self.by_unique
+            .get(&(q, Bytes::copy_from_slice(key)))
+            .copied()
+    }
+
+    /// A job's unique key, if it has one.
+    pub fn unique_of(&self, id: JobId) -> Option<&Bytes> {
+        self.unique_of.get(&id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -395,6 +467,9 @@ impl Engine {
     fn remove_job(&mut self, id: JobId) -> Job {
         self.leave_state(id);
         let job = self.jobs.remove(&id).expect("removed job exists");
+        if let Some(key) = self.unique_of.remove(&id) {
+            self.by_unique.remove(&(job.queue, key));
+        }
         if job.durable {
             self.live_bytes -= self.record_cost(job.queue, &job.body);
         }
@@ -938,6 +1013,7 @@ impl Engine {
                 delay,
                 created,
                 state,
+                unique,
                 body,
             } => {
                 if self.jobs.contains_key(&id) {
@@ -946,6 +1022,9 @@ impl Engine {
                 }
                 let q = self.queue_id_or_create(&queue);
                 self.insert_job(id, q, pri, ttr, delay, created, state, body, true);
+                if let Some(key) = unique {
+                    self.set_unique(id, q, key);
+                }
                 self.next_id = self.next_id.max(id + 1);
             }
             Change::Delete { id } => {
@@ -1022,6 +1101,7 @@ impl Engine {
             delay: job.delay,
             created: job.created,
             state,
+            unique: self.unique_of.get(&job.id).cloned(),
             body: job.body.clone(),
         }
     }

@@ -16,7 +16,9 @@ mod queue;
 mod timers;
 
 pub use change::{Change, PutState};
-pub use engine::{Engine, Lease, Notice, NoticeKind, PutOutcome, ReserveOutcome, WaitMode};
+pub use engine::{
+    Counts, Engine, Lease, NewJob, Notice, NoticeKind, PutOutcome, ReserveOutcome, WaitMode,
+};
 pub use job::{Job, JobState};
 pub use queue::{Queue, QueueId};
 

@@ -9,6 +9,7 @@ const DELETE: u8 = 2;
 const RELEASE: u8 = 3;
 const BURY: u8 = 4;
 const KICK: u8 = 5;
+const NO_UNIQUE: u16 = u16::MAX;
 
 /// Frame header: payload length then CRC-32 of the payload.
 pub(crate) const FRAME_HEADER: usize = 8;
@@ -58,6 +59,7 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             delay,
             created,
             state,
+            unique,
             body,
         } => {
             out.put_u8(PUT);
@@ -75,6 +77,14 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             out.put_u64_le(at);
             out.put_u16_le(queue.len() as u16);
             out.extend_from_slice(queue);
+            // Unique keys are at most a few hundred bytes; 0xFFFF means "none".
+            match unique {
+                Some(key) => {
+                    out.put_u16_le(key.len() as u16);
+                    out.extend_from_slice(key);
+                }
+                None => out.put_u16_le(NO_UNIQUE),
+            }
             out.put_u32_le(body.len() as u32);
             out.extend_from_slice(body);
         }
@@ -148,6 +158,10 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
             };
             let qlen = r.u16()? as usize;
             let queue = Bytes::copy_from_slice(r.take(qlen)?);
+            let unique = match r.u16()? {
+                NO_UNIQUE => None,
+                ulen => Some(Bytes::copy_from_slice(r.take(ulen as usize)?)),
+            };
             let blen = r.u32()? as usize;
             let body = Bytes::copy_from_slice(r.take(blen)?);
             Change::Put {
@@ -158,6 +172,7 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
                 delay,
                 created,
                 state,
+                unique,
                 body,
             }
         }
@@ -225,6 +240,7 @@ mod tests {
                 delay: 5,
                 created: 1_700_000_000_000,
                 state: PutState::Delayed(1_700_000_005_000),
+                unique: Some(Bytes::from_static(b"order-17")),
                 body: Bytes::from_static(b"hello\r\nworld\0"),
             },
             Change::Put {
@@ -235,6 +251,7 @@ mod tests {
                 delay: 0,
                 created: 1,
                 state: PutState::Buried,
+                unique: None,
                 body: Bytes::new(),
             },
             Change::Delete { id: u64::MAX },
