@@ -60,6 +60,8 @@ struct Link {
 enum Waited {
     Replied,
     HalfClosed,
+    /// The server is shutting down: close without a reply (the job, if any, stays ready).
+    ShuttingDown,
 }
 
 impl Link {
@@ -82,9 +84,13 @@ impl Link {
                     Outcome::Quit => return self.flush(lsn).await,
                     Outcome::Wait => {
                         self.flush(lsn).await?;
-                        if let Waited::HalfClosed = self.wait_for_job(session).await? {
-                            self.out.put_slice(b"TIMED_OUT\r\n");
-                            return self.flush(0).await;
+                        match self.wait_for_job(session, shutdown).await? {
+                            Waited::Replied => {}
+                            Waited::HalfClosed => {
+                                self.out.put_slice(b"TIMED_OUT\r\n");
+                                return self.flush(0).await;
+                            }
+                            Waited::ShuttingDown => return Ok(()),
                         }
                     }
                 }
@@ -113,7 +119,11 @@ impl Link {
 
     /// Waits in a blocking reserve for the engine's answer, reading ahead meanwhile so a
     /// client that half-closes gets `TIMED_OUT` as from beanstalkd.
-    async fn wait_for_job(&mut self, session: &mut Session) -> io::Result<Waited> {
+    async fn wait_for_job(
+        &mut self,
+        session: &mut Session,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> io::Result<Waited> {
         loop {
             let can_read = self.rbuf.len() < READ_AHEAD_LIMIT;
             if can_read {
@@ -145,6 +155,10 @@ impl Link {
                         session.cancel_wait();
                         return Ok(Waited::HalfClosed);
                     }
+                }
+                _ = shutdown.changed() => {
+                    session.cancel_wait();
+                    return Ok(Waited::ShuttingDown);
                 }
             }
         }
