@@ -141,6 +141,8 @@ pub fn parse(args: &[String]) -> Compat {
         salvage: false,
         user,
         verbosity,
+        gearman_listen: None,
+        gearman: Default::default(),
     })
 }
 

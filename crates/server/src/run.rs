@@ -64,7 +64,10 @@ fn open_storage(
         .map_err(|e| Fatal(format!("cannot create {}: {e}", dir.display()), 1))?;
     let lock = DirLock::acquire(dir).map_err(|e| {
         Fatal(
-            format!("data directory {} is in use by another process ({e})", dir.display()),
+            format!(
+                "data directory {} is in use by another process ({e})",
+                dir.display()
+            ),
             10,
         )
     })?;
@@ -81,7 +84,10 @@ fn open_storage(
         );
     }
     for (path, offset, skipped) in &report.salvaged {
-        tracing::warn!("salvage: skipped {skipped} unreadable bytes at {}:{offset}", path.display());
+        tracing::warn!(
+            "salvage: skipped {skipped} unreadable bytes at {}:{offset}",
+            path.display()
+        );
     }
     tracing::info!(
         "recovered {} jobs from {} records in {:?}",
@@ -124,6 +130,10 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
+    let gearman = match &settings.gearman_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     if let Some(user) = &settings.user {
         drop_privileges(user).map_err(|e| Fatal(e, 111))?;
     }
@@ -137,13 +147,45 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
         );
         tracing::info!(
             "beanstalkd protocol listening on {}",
-            listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default()
         );
         let slots = slots.clone();
         let rx = shutdown_rx.clone();
-        tokio::spawn(accept_loop(listener, slots, settings.max_connections, rx, move |s, rx| {
-            jobyard_beanstalk::handle(s, server.clone(), rx)
-        }));
+        tokio::spawn(accept_loop(
+            listener,
+            slots,
+            settings.max_connections,
+            rx,
+            move |s, rx| jobyard_beanstalk::handle(s, server.clone(), rx),
+        ));
+    }
+    // Notified by the Gearman admin `shutdown` command, when that command is allowed.
+    let admin_shutdown = Arc::new(Notify::new());
+    if let Some(listener) = gearman {
+        let server = jobyard_gearman::Server::new(
+            broker.clone(),
+            settings.gearman.clone(),
+            admin_shutdown.clone(),
+        );
+        tracing::info!(
+            "Gearman protocol listening on {}",
+            listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        );
+        let slots = slots.clone();
+        let rx = shutdown_rx.clone();
+        tokio::spawn(accept_loop(
+            listener,
+            slots,
+            settings.max_connections,
+            rx,
+            move |s, rx| jobyard_gearman::handle(s, server.clone(), rx),
+        ));
     }
     tracing::info!(
         "jobyard {} ready (storage: {}, fsync: {:?})",
@@ -156,7 +198,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
         settings.fsync
     );
 
-    wait_for_shutdown(&broker).await;
+    wait_for_shutdown(&broker, &admin_shutdown).await;
     tracing::info!("shutting down: no new connections; finishing what is in flight");
     let _ = shutdown_tx.send(true);
     let all = settings.max_connections as u32;
@@ -217,7 +259,7 @@ async fn accept_loop<F>(
     }
 }
 
-async fn wait_for_shutdown(broker: &Arc<Broker>) {
+async fn wait_for_shutdown(broker: &Arc<Broker>, admin_shutdown: &Notify) {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
@@ -225,6 +267,7 @@ async fn wait_for_shutdown(broker: &Arc<Broker>) {
         tokio::select! {
             _ = term.recv() => return,
             _ = int.recv() => return,
+            _ = admin_shutdown.notified() => return,
             _ = usr1.recv() => {
                 tracing::info!("SIGUSR1: drain mode; puts now get DRAINING until restart");
                 broker.start_draining();

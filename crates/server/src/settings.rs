@@ -26,6 +26,10 @@ pub struct Settings {
     /// Switch to this user after binding (beanstalkd `-u`).
     pub user: Option<String>,
     pub verbosity: u8,
+    /// `None`: the Gearman listener is off.
+    pub gearman_listen: Option<String>,
+    /// Gearman protocol options (gearmand's flags and jobyard's limits).
+    pub gearman: jobyard_gearman::Config,
 }
 
 /// beanstalkd's default and jobyard's: 2^16 − 1.
@@ -63,6 +67,18 @@ pub struct ServeArgs {
     /// Start even if the log has damaged records, skipping what cannot be read.
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
+    /// Address for Gearman clients and workers, or `off` [default: 127.0.0.1:4730].
+    #[arg(long, env = "JOBYARD_GEARMAN_LISTEN")]
+    pub gearman_listen: Option<String>,
+    /// Largest Gearman packet body in bytes [default: 67108864].
+    #[arg(long, env = "JOBYARD_GEARMAN_MAX_PACKET")]
+    pub gearman_max_packet: Option<u32>,
+    /// Hand a Gearman job out at most this many times; 0 = unlimited (gearmand -j) [default: 0].
+    #[arg(long, env = "JOBYARD_GEARMAN_JOB_RETRIES")]
+    pub gearman_job_retries: Option<u32>,
+    /// Let the Gearman admin command `shutdown` stop the server (off: it is unknown).
+    #[arg(long, env = "JOBYARD_GEARMAN_ALLOW_SHUTDOWN")]
+    pub gearman_allow_shutdown: bool,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -80,6 +96,10 @@ struct FileSettings {
     segment_bytes: Option<u64>,
     compact_min_bytes: Option<u64>,
     salvage: Option<bool>,
+    gearman_listen: Option<String>,
+    gearman_max_packet: Option<u32>,
+    gearman_job_retries: Option<u32>,
+    gearman_allow_shutdown: Option<bool>,
 }
 
 /// Parses `always`, `never` or `interval=<ms>`.
@@ -148,6 +168,25 @@ impl ServeArgs {
             salvage: self.salvage || file.salvage.unwrap_or(false),
             user: None,
             verbosity: self.verbose,
+            gearman_listen: listen(
+                self.gearman_listen
+                    .or(file.gearman_listen)
+                    .unwrap_or_else(|| "127.0.0.1:4730".into()),
+            ),
+            gearman: jobyard_gearman::Config {
+                max_packet: self
+                    .gearman_max_packet
+                    .or(file.gearman_max_packet)
+                    .unwrap_or(jobyard_gearman::DEFAULT_MAX_PACKET),
+                job_retries: self
+                    .gearman_job_retries
+                    .or(file.gearman_job_retries)
+                    .unwrap_or(0),
+                allow_shutdown: self.gearman_allow_shutdown
+                    || file.gearman_allow_shutdown.unwrap_or(false),
+                verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
+                ..jobyard_gearman::Config::default()
+            },
         })
     }
 }
@@ -164,7 +203,9 @@ mod tests {
             parse_fsync("interval=50"),
             Ok(FsyncMode::Interval(Duration::from_millis(50)))
         );
-        assert!(parse_fsync("sometimes").unwrap_err().contains("interval=<ms>"));
+        assert!(parse_fsync("sometimes")
+            .unwrap_err()
+            .contains("interval=<ms>"));
         assert!(parse_fsync("interval=x").is_err());
     }
 
@@ -173,6 +214,12 @@ mod tests {
         let s = ServeArgs::default().resolve().unwrap();
         assert_eq!(s.data_dir, Some(PathBuf::from("jobyard-data")));
         assert_eq!(s.beanstalk_listen.as_deref(), Some("127.0.0.1:11300"));
+        assert_eq!(s.gearman_listen.as_deref(), Some("127.0.0.1:4730"));
+        assert_eq!(s.gearman.job_retries, 0);
+        assert!(
+            !s.gearman.allow_shutdown,
+            "admin shutdown is off unless asked for"
+        );
         assert_eq!(s.fsync, FsyncMode::Always);
         assert_eq!(s.max_job_size, 65535);
 
