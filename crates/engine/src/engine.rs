@@ -300,6 +300,12 @@ impl Engine {
         self.jobs.get(&id)
     }
 
+    /// Every live job, in no particular order. For admin listings that must cover all
+    /// queues at once (Gearman's `show jobs`, `prioritystatus`).
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.jobs.values()
+    }
+
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }
