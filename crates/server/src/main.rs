@@ -4,13 +4,18 @@
 //! takes beanstalkd's own command line (so does the binary when invoked as `beanstalkd`).
 
 mod compat;
+mod gearmand_compat;
 mod run;
 mod settings;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "jobyard", version, about = "One durable job server for the job protocols you already run")]
+#[command(
+    name = "jobyard",
+    version,
+    about = "One durable job server for the job protocols you already run"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -26,6 +31,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run as a drop-in gearmand, taking gearmand 1.1's flags (see `jobyard gearmand -h`).
+    #[command(disable_help_flag = true)]
+    Gearmand {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() {
@@ -37,6 +48,8 @@ fn main() {
         .unwrap_or("");
     let settings = if invoked_as == "beanstalkd" {
         beanstalkd(&argv[1..])
+    } else if invoked_as == "gearmand" {
+        gearmand(&argv[1..])
     } else {
         match Cli::parse().command {
             Cmd::Serve(args) => args.resolve().unwrap_or_else(|e| {
@@ -44,6 +57,7 @@ fn main() {
                 std::process::exit(2)
             }),
             Cmd::Beanstalkd { args } => beanstalkd(&args),
+            Cmd::Gearmand { args } => gearmand(&args),
         }
     };
     std::process::exit(run::run(settings));
@@ -62,6 +76,27 @@ fn beanstalkd(args: &[String]) -> settings::Settings {
                 eprintln!();
             }
             std::process::exit(code)
+        }
+    }
+}
+
+fn gearmand(args: &[String]) -> settings::Settings {
+    use gearmand_compat::Gearmand;
+    match gearmand_compat::parse(args, std::env::var("GEARMAND_PORT").ok()) {
+        Gearmand::Run(launch) => {
+            if let Err(e) = gearmand_compat::prepare(&launch) {
+                eprintln!("gearmand (jobyard): {e}");
+                std::process::exit(1)
+            }
+            launch.settings
+        }
+        Gearmand::Print(text) => {
+            print!("{text}");
+            std::process::exit(0)
+        }
+        Gearmand::Fail(text) => {
+            eprint!("{text}");
+            std::process::exit(1)
         }
     }
 }
