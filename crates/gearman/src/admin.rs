@@ -64,7 +64,10 @@ pub fn atoi(s: &[u8]) -> i64 {
 
 /// Parses one line (without its line ending).
 pub fn parse(line: &[u8]) -> Admin {
-    let words: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|w| !w.is_empty()).collect();
+    let words: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|w| !w.is_empty())
+        .collect();
     let Some(first) = words.first() else {
         return Admin::Unknown(Bytes::new());
     };
@@ -135,29 +138,50 @@ mod tests {
         assert_eq!(parse(b"Show  Jobs"), Admin::ShowJobs);
         assert_eq!(parse(b"show unique JOBS"), Admin::ShowUniqueJobs);
         assert_eq!(parse(b"prioritystatus"), Admin::PriorityStatus);
-        assert_eq!(parse(b"create function Foo"), Admin::CreateFunction(b("Foo")));
+        assert_eq!(
+            parse(b"create function Foo"),
+            Admin::CreateFunction(b("Foo"))
+        );
         assert_eq!(parse(b"cancel job H:x:1"), Admin::CancelJob(b("H:x:1")));
     }
 
     #[test]
     fn arity_errors_match_gearmand() {
         assert_eq!(parse(b"show"), Admin::Unknown(b("show")));
-        assert_eq!(parse(b"show nothing"), Admin::Reply("ERR UNKNOWN_SHOW_ARGUMENTS\r\n"));
+        assert_eq!(
+            parse(b"show nothing"),
+            Admin::Reply("ERR UNKNOWN_SHOW_ARGUMENTS\r\n")
+        );
         assert_eq!(parse(b"cancel job"), Admin::Unknown(b("cancel")));
-        assert_eq!(parse(b"cancel job a b"), Admin::Reply("ERR UNKNOWN_ERROR\r\n"));
+        assert_eq!(
+            parse(b"cancel job a b"),
+            Admin::Reply("ERR UNKNOWN_ERROR\r\n")
+        );
         assert!(matches!(parse(b"create function"), Admin::Reply(r) if r.ends_with("create\r\n")));
         assert!(matches!(parse(b"drop"), Admin::Reply(r) if r.ends_with("drop\r\n")));
         assert!(matches!(parse(b"maxqueue"), Admin::Reply(r) if r.starts_with(INCOMPLETE)));
         assert_eq!(parse(b""), Admin::Unknown(Bytes::new()));
-        assert_eq!(unknown_reply(b"frob"), b"ERR UNKNOWN_COMMAND Unknown+server+commandfrob\r\n");
+        assert_eq!(
+            unknown_reply(b"frob"),
+            b"ERR UNKNOWN_COMMAND Unknown+server+commandfrob\r\n"
+        );
     }
 
     #[test]
     fn maxqueue_forms() {
         assert_eq!(parse(b"maxqueue f"), Admin::MaxQueue(b("f"), None));
-        assert_eq!(parse(b"maxqueue f 5"), Admin::MaxQueue(b("f"), Some([5, 5, 5])));
-        assert_eq!(parse(b"maxqueue f 1 2"), Admin::MaxQueue(b("f"), Some([1, 2, 0])));
-        assert_eq!(parse(b"maxqueue f 1 x 3"), Admin::MaxQueue(b("f"), Some([1, 0, 3])));
+        assert_eq!(
+            parse(b"maxqueue f 5"),
+            Admin::MaxQueue(b("f"), Some([5, 5, 5]))
+        );
+        assert_eq!(
+            parse(b"maxqueue f 1 2"),
+            Admin::MaxQueue(b("f"), Some([1, 2, 0]))
+        );
+        assert_eq!(
+            parse(b"maxqueue f 1 x 3"),
+            Admin::MaxQueue(b("f"), Some([1, 0, 3]))
+        );
         assert_eq!(atoi(b" -12abc"), -12);
         assert_eq!(atoi(b"99999999999999999999999"), i64::MAX);
     }
@@ -165,7 +189,10 @@ mod tests {
     #[test]
     fn shutdown_forms() {
         assert_eq!(parse(b"shutdown"), Admin::Shutdown { graceful: false });
-        assert_eq!(parse(b"SHUTDOWN graceful"), Admin::Shutdown { graceful: true });
+        assert_eq!(
+            parse(b"SHUTDOWN graceful"),
+            Admin::Shutdown { graceful: true }
+        );
         assert!(matches!(parse(b"shutdown now"), Admin::Reply(_)));
     }
 }

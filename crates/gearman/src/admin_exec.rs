@@ -8,7 +8,9 @@ use jobyard_engine::{JobState, QueueId};
 
 use crate::admin::{parse, unknown_reply, Admin};
 use crate::handle;
-use crate::session::{ensure_function, fail_job, level, shown_unique, total_jobs, Outcome, Session};
+use crate::session::{
+    ensure_function, fail_job, level, shown_unique, total_jobs, Outcome, Session,
+};
 
 /// Runs one admin line; replies go into `out`.
 pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Outcome {
@@ -67,7 +69,9 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
             }
             let mut names: Vec<Bytes> = reg.functions.keys().cloned().collect();
             for q in txn.queues() {
-                if !reg.functions.contains_key(&q.name) && q.ready_len() + q.delayed_len() + q.buried_len() > 0 {
+                if !reg.functions.contains_key(&q.name)
+                    && q.ready_len() + q.delayed_len() + q.buried_len() > 0
+                {
                     names.push(q.name.clone());
                 }
             }

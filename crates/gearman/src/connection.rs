@@ -91,8 +91,11 @@ impl Link {
                 return Ok(());
             }
             self.rbuf.reserve(8 << 10);
+            // Biased: what other connections caused is sent before this connection's next
+            // request is read, so a reply to a later request never overtakes it.
             tokio::select! {
-                n = self.rd.read_buf(&mut self.rbuf) => if n? == 0 { return Ok(()) },
+                biased;
+                Some(n) = self.mailbox.recv() => session.notice(n, &mut self.out),
                 Some(p) = self.forwarded.recv() => {
                     self.out.put_slice(&p);
                     while self.out.len() < FLUSH_AT {
@@ -100,7 +103,7 @@ impl Link {
                         self.out.put_slice(&p);
                     }
                 }
-                Some(n) = self.mailbox.recv() => session.notice(n, &mut self.out),
+                n = self.rd.read_buf(&mut self.rbuf) => if n? == 0 { return Ok(()) },
                 _ = shutdown.changed() => return Ok(()),
             }
         }

@@ -190,35 +190,63 @@ mod tests {
         let mut buf = BytesMut::from(&p[..7]);
         assert_eq!(d.decode(&mut buf), None);
         buf.extend_from_slice(&p[7..]);
-        assert!(matches!(d.decode(&mut buf), Some(Frame::Packet { kind: 9, .. })));
-        assert!(buf.is_empty(), "the declared body is consumed, not read as a text line");
+        assert!(matches!(
+            d.decode(&mut buf),
+            Some(Frame::Packet { kind: 9, .. })
+        ));
+        assert!(
+            buf.is_empty(),
+            "the declared body is consumed, not read as a text line"
+        );
     }
 
     #[test]
     fn bad_magic_unknown_types_and_oversize_are_fatal_and_final() {
         let mut d = Decoder::new(10);
-        assert_eq!(all(&mut d, b"\0XYZ\0\0\0\x01\0\0\0\0"), vec![Frame::Fatal(Fatal::BadMagic)]);
+        assert_eq!(
+            all(&mut d, b"\0XYZ\0\0\0\x01\0\0\0\0"),
+            vec![Frame::Fatal(Fatal::BadMagic)]
+        );
         assert_eq!(d.decode(&mut BytesMut::from(&b"status\n"[..])), None);
         for t in [0, 43, 0x8000_0000, u32::MAX] {
             let frames = all(&mut Decoder::new(10), &pkt(&REQ, t, b""));
             assert_eq!(frames, vec![Frame::Fatal(Fatal::UnknownType(t))]);
         }
         let big = pkt(&REQ, kind::ECHO_REQ, &[7u8; 11]);
-        assert_eq!(all(&mut Decoder::new(10), &big[..12]), vec![Frame::Fatal(Fatal::TooLarge(11))]);
+        assert_eq!(
+            all(&mut Decoder::new(10), &big[..12]),
+            vec![Frame::Fatal(Fatal::TooLarge(11))]
+        );
         let ok = pkt(&REQ, kind::ECHO_REQ, &[7u8; 10]);
-        assert_eq!(all(&mut Decoder::new(10), &ok).len(), 1, "exactly the maximum is fine");
+        assert_eq!(
+            all(&mut Decoder::new(10), &ok).len(),
+            1,
+            "exactly the maximum is fine"
+        );
         let res = pkt(&RES, kind::NOOP, b"");
-        assert!(matches!(&all(&mut Decoder::new(10), &res)[0], Frame::Packet { request: false, .. }));
+        assert!(matches!(
+            &all(&mut Decoder::new(10), &res)[0],
+            Frame::Packet { request: false, .. }
+        ));
     }
 
     #[test]
     fn lines_are_bounded() {
         let long = vec![b'a'; MAX_LINE + 1];
-        assert_eq!(all(&mut Decoder::new(10), &long), vec![Frame::Fatal(Fatal::LineTooLong)]);
+        assert_eq!(
+            all(&mut Decoder::new(10), &long),
+            vec![Frame::Fatal(Fatal::LineTooLong)]
+        );
         let mut ok = vec![b'a'; MAX_LINE];
         ok.push(b'\n');
-        assert!(matches!(&all(&mut Decoder::new(10), &ok)[0], Frame::Line(l) if l.len() == MAX_LINE));
-        assert_eq!(all(&mut Decoder::new(10), &long[..100]), vec![], "short partial line waits");
+        assert!(
+            matches!(&all(&mut Decoder::new(10), &ok)[0], Frame::Line(l) if l.len() == MAX_LINE)
+        );
+        assert_eq!(
+            all(&mut Decoder::new(10), &long[..100]),
+            vec![],
+            "short partial line waits"
+        );
     }
 
     /// A tiny deterministic generator so the test needs no extra crates.

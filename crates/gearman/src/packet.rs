@@ -153,7 +153,9 @@ mod tests {
 
     #[test]
     fn every_request_type_has_a_layout_and_responses_do_not() {
-        for t in [1, 2, 3, 4, 7, 9, 12, 13, 14, 15, 16, 18, 21, 22, 23, 24, 25, 26, 28, 29, 30] {
+        for t in [
+            1, 2, 3, 4, 7, 9, 12, 13, 14, 15, 16, 18, 21, 22, 23, 24, 25, 26, 28, 29, 30,
+        ] {
             assert!(request_fields(t).is_some(), "{t}");
         }
         for t in [32, 33, 34, 35, 36, 37, 38, 39, 41] {

@@ -79,7 +79,9 @@ fn coalesce_key(unique: &Bytes, data: &Bytes) -> Option<Bytes> {
         for &b in data.iter() {
             h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
-        Some(Bytes::from(format!("-\0{h:016x}:{}", data.len()).into_bytes()))
+        Some(Bytes::from(
+            format!("-\0{h:016x}:{}", data.len()).into_bytes(),
+        ))
     } else {
         Some(unique.clone())
     }
@@ -171,7 +173,9 @@ impl Session {
             }
             if let Some(info) = reg.conns.remove(&self.conn) {
                 for id in info.waiting_on {
-                    let Some(t) = reg.jobs.get_mut(&id) else { continue };
+                    let Some(t) = reg.jobs.get_mut(&id) else {
+                        continue;
+                    };
                     t.clients.retain(|&c| c != self.conn);
                     if t.clients.is_empty() {
                         let abandoned = txn
@@ -237,9 +241,7 @@ impl Session {
     /// Runs one frame and writes its replies into `out`.
     pub fn frame(&mut self, frame: Frame, out: &mut BytesMut) -> Outcome {
         match frame {
-            Frame::Packet {
-                request: false, ..
-            } => {
+            Frame::Packet { request: false, .. } => {
                 put_error(out, "INVALID_MAGIC", "Request magic expected");
                 Outcome::Done(0)
             }
@@ -264,7 +266,11 @@ impl Session {
             return not_expected(out);
         };
         let Some(f) = split_fields(&body, n) else {
-            put_error(out, "INVALID_PACKET", "Packet has too few arguments for its type");
+            put_error(
+                out,
+                "INVALID_PACKET",
+                "Packet has too few arguments for its type",
+            );
             return Outcome::Done(0);
         };
         let now = Broker::now();
@@ -392,7 +398,11 @@ impl Session {
                     }
                     put_response(out, kind::OPTION_RES, &[name]);
                 } else {
-                    put_error(out, "UNKNOWN_OPTION", "Server does not recognize given option");
+                    put_error(
+                        out,
+                        "UNKNOWN_OPTION",
+                        "Server does not recognize given option",
+                    );
                 }
                 Outcome::Done(0)
             }
@@ -407,7 +417,11 @@ impl Session {
         }
         let server = self.server.clone();
         if server.broker.draining() {
-            put_error(out, "QUEUE_ERROR", "Server is draining and accepts no new jobs");
+            put_error(
+                out,
+                "QUEUE_ERROR",
+                "Server is draining and accepts no new jobs",
+            );
             return Outcome::Done(0);
         }
         let prefix = &server.config.handle_prefix;
@@ -417,7 +431,8 @@ impl Session {
         let mut key = coalesce_key(&s.unique, &s.data);
         if let Some(k) = &key {
             if let Some(id) = txn.find_unique(q, k) {
-                let same = !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| j.body == s.data);
+                let same =
+                    !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| j.body == s.data);
                 if same {
                     if !s.background {
                         reg.attach(id, self.conn);
@@ -428,7 +443,10 @@ impl Session {
                 key = None;
             }
         }
-        let limit = reg.functions.get(&s.func[..]).map_or(0, |f| f.limits[level(s.pri)]);
+        let limit = reg
+            .functions
+            .get(&s.func[..])
+            .map_or(0, |f| f.limits[level(s.pri)]);
         if limit > 0 && total_jobs(&txn, q) >= limit as usize {
             put_error(out, "QUEUE_ERROR", "Job queue is full");
             return Outcome::Done(0);
@@ -471,7 +489,13 @@ impl Session {
         }
     }
 
-    fn can_do(&mut self, name: Bytes, timeout: Option<Millis>, now: Millis, out: &mut BytesMut) -> Outcome {
+    fn can_do(
+        &mut self,
+        name: Bytes,
+        timeout: Option<Millis>,
+        now: Millis,
+        out: &mut BytesMut,
+    ) -> Outcome {
         let mut txn = self.server.broker.lock();
         let mut reg = self.server.registry();
         let q = ensure_function(&mut txn, &mut reg, &name);
@@ -523,7 +547,15 @@ impl Session {
         txn.cancel_wait(self.conn);
         let queues: Vec<QueueId> = self.abilities.iter().rev().map(|a| a.q).collect();
         matches!(
-            txn.reserve(self.conn, &queues, WaitMode::WakeOnly, Lease::Unlimited, None, false, now),
+            txn.reserve(
+                self.conn,
+                &queues,
+                WaitMode::WakeOnly,
+                Lease::Unlimited,
+                None,
+                false,
+                now
+            ),
             ReserveOutcome::Available
         )
     }
@@ -539,9 +571,15 @@ impl Session {
         while i > 0 {
             let a = &self.abilities[i - 1];
             let lease = a.timeout.map_or(Lease::Unlimited, Lease::For);
-            let ReserveOutcome::Reserved(id) =
-                txn.reserve(self.conn, &[a.q], WaitMode::InOrder, lease, Some(0), false, now)
-            else {
+            let ReserveOutcome::Reserved(id) = txn.reserve(
+                self.conn,
+                &[a.q],
+                WaitMode::InOrder,
+                lease,
+                Some(0),
+                false,
+                now,
+            ) else {
                 i -= 1;
                 continue;
             };
@@ -572,9 +610,11 @@ impl Session {
         let reducer = reg.jobs.get(&id).and_then(|t| t.reducer.clone());
         match (grab, reducer) {
             (Grab::Plain, _) => put_response(out, kind::JOB_ASSIGN, &[&h, func, &job.body]),
-            (Grab::All, Some(r)) => {
-                put_response(out, kind::JOB_ASSIGN_ALL, &[&h, func, unique, &r, &job.body])
-            }
+            (Grab::All, Some(r)) => put_response(
+                out,
+                kind::JOB_ASSIGN_ALL,
+                &[&h, func, unique, &r, &job.body],
+            ),
             _ => put_response(out, kind::JOB_ASSIGN_UNIQ, &[&h, func, unique, &job.body]),
         }
         if server.config.round_robin {
@@ -653,7 +693,13 @@ impl Session {
         put_response(
             out,
             kind::STATUS_RES,
-            &[h, num_str(known), num_str(running), num.as_bytes(), den.as_bytes()],
+            &[
+                h,
+                num_str(known),
+                num_str(running),
+                num.as_bytes(),
+                den.as_bytes(),
+            ],
         );
     }
 
@@ -711,13 +757,29 @@ mod tests {
     #[test]
     fn coalescing_keys_follow_gearmand() {
         let d = Bytes::from_static(b"payload");
-        assert_eq!(coalesce_key(&Bytes::new(), &d), None, "empty unique never coalesces");
-        assert_eq!(coalesce_key(&Bytes::from_static(b"u"), &d).unwrap(), &b"u"[..]);
+        assert_eq!(
+            coalesce_key(&Bytes::new(), &d),
+            None,
+            "empty unique never coalesces"
+        );
+        assert_eq!(
+            coalesce_key(&Bytes::from_static(b"u"), &d).unwrap(),
+            &b"u"[..]
+        );
         let dash = coalesce_key(&Bytes::from_static(b"-"), &d).unwrap();
         assert!(dash.starts_with(DASH_KEY));
-        assert_eq!(dash, coalesce_key(&Bytes::from_static(b"-"), &d.clone()).unwrap());
-        assert_ne!(dash, coalesce_key(&Bytes::from_static(b"-"), &Bytes::from_static(b"x")).unwrap());
-        assert_eq!(coalesce_key(&Bytes::from_static(b"-"), &Bytes::new()).unwrap(), &b"-"[..]);
+        assert_eq!(
+            dash,
+            coalesce_key(&Bytes::from_static(b"-"), &d.clone()).unwrap()
+        );
+        assert_ne!(
+            dash,
+            coalesce_key(&Bytes::from_static(b"-"), &Bytes::from_static(b"x")).unwrap()
+        );
+        assert_eq!(
+            coalesce_key(&Bytes::from_static(b"-"), &Bytes::new()).unwrap(),
+            &b"-"[..]
+        );
         assert_eq!(shown_unique(Some(&dash)), b"-");
     }
 
