@@ -68,10 +68,15 @@ fn a_job_put_through_beanstalkd_is_done_by_a_gearman_worker() {
         "handle names the beanstalkd id: {a:?}"
     );
     assert_eq!(&a[1..], ["cross", "hello"]);
-    assert!(
-        b.cmd(&format!("stats-job {id}")).starts_with("OK"),
-        "reserved, still there"
-    );
+    let hdr = b.cmd(&format!("stats-job {id}"));
+    let n: usize = hdr
+        .strip_prefix("OK ")
+        .expect("still there")
+        .parse()
+        .unwrap();
+    assert!(String::from_utf8(b.body(n))
+        .unwrap()
+        .contains("state: reserved"));
     w.send(t::WORK_COMPLETE, &[a[0].as_bytes(), b"done"]);
     w.barrier();
     assert_eq!(
