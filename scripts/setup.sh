@@ -1,29 +1,75 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs, idempotently: Debian packages for the real
-# peers and clients, and PyPI client libraries. Safe to run again; skips what is present.
+# peers and clients, and PyPI client libraries. Safe to run again; skips what is present,
+# and runs `apt-get update` only when a Debian package is missing. Debian 12, as root
+# (or with sudo available).
+#
+#   Debian: beanstalkd (reference server), php-cli + php-pda-pheanstalk (PHP client)
+#   PyPI:   greenstalk, pystalk (Python clients), pytest
 set -euo pipefail
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+PY=${PYTHON:-python3}
+
+# Runs a command quietly; shows its output only if it fails.
+quietly() {
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    echo "setup: failed: $*" >&2
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
+
 need_apt=()
-have() { dpkg -s "$1" >/dev/null 2>&1; }
-for pkg in beanstalkd php-cli php-pda-pheanstalk python3-pip; do
-  have "$pkg" || need_apt+=("$pkg")
+for pkg in beanstalkd php-cli php-pda-pheanstalk; do
+  have_deb "$pkg" || need_apt+=("$pkg")
 done
+# pip for the Python that runs the tests (a pyenv or venv Python brings its own)
+if ! $PY -m pip --version >/dev/null 2>&1; then
+  have_deb python3-pip || need_apt+=(python3-pip)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  quietly $SUDO apt-get update -qq
+  quietly $SUDO env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 # The Debian beanstalkd service must not hold port 11300 during tests.
-if command -v systemctl >/dev/null 2>&1; then systemctl stop beanstalkd >/dev/null 2>&1 || true; fi
+if command -v systemctl >/dev/null 2>&1; then
+  $SUDO systemctl stop beanstalkd >/dev/null 2>&1 || true
+  $SUDO systemctl disable beanstalkd >/dev/null 2>&1 || true
+fi
 
-PY=${PYTHON:-python3}
 py_need=()
 $PY -c 'import greenstalk' 2>/dev/null || py_need+=(greenstalk)
 $PY -c 'import pystalk' 2>/dev/null || py_need+=(pystalk)
 $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
-  $PY -m pip install -q "${py_need[@]}"
+  # Debian's own python3 is "externally managed" (PEP 668); these test-only client
+  # libraries do not clash with any Debian package, so allow the install there.
+  user_flag=()
+  if [ "$(id -u)" -ne 0 ] && ! $PY -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    user_flag=(--user)
+  fi
+  quietly env PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    $PY -m pip install -q "${user_flag[@]}" "${py_need[@]}"
 fi
+
+# Fail here, clearly, rather than in the middle of the tests.
+$PY -c 'import greenstalk, pystalk, pytest' \
+  || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
+command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
+php -r 'require "Pheanstalk/autoload.php"; exit(class_exists("Pheanstalk\\Pheanstalk") ? 0 : 1);' \
+  || { echo "setup: Pheanstalk is not loadable from PHP" >&2; exit 1; }
 echo "setup: done"
