@@ -541,7 +541,9 @@ impl Engine {
         }
         let job = &self.jobs[&id];
         if job.due > 0 {
-            let due = now + job.ttr as Millis * 1000;
+            // `.max(1)` as in `lease_to`: a ttr of 0 leases for 1 s, and a touch must not
+            // give less than a reserve did (with 0 the lease ended the moment it was touched).
+            let due = now + job.ttr.max(1) as Millis * 1000;
             self.timers.remove(job.due, Timer::Lease(id));
             self.timers.add(due, Timer::Lease(id));
             self.jobs.get_mut(&id).expect("held job exists").due = due;
@@ -725,9 +727,18 @@ impl Engine {
     pub fn reserve_job(&mut self, conn: ConnId, id: JobId, lease: Lease, now: Millis) -> bool {
         match self.jobs.get(&id).map(|j| j.state) {
             Some(JobState::Reserved) | None => false,
-            Some(_) => {
+            Some(state) => {
                 self.leave_state(id);
                 self.lease_to(id, conn, lease, now);
+                // Reservations are not logged, and a reserved job must come back ready after
+                // a restart (as `snapshot` brings it back). A job taken straight from buried
+                // or delayed would otherwise replay as still buried/delayed, and stay so in
+                // the log even after its lease ends or it is given back by a disconnect,
+                // while the live engine has it ready. Log that it left that state.
+                let job = &self.jobs[&id];
+                if job.durable && state != JobState::Ready {
+                    self.changes.push(Change::Kick { id });
+                }
                 true
             }
         }

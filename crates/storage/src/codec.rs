@@ -9,7 +9,12 @@ const DELETE: u8 = 2;
 const RELEASE: u8 = 3;
 const BURY: u8 = 4;
 const KICK: u8 = 5;
+/// A `PUT` whose queue name or unique key is too long for a u16 length: the same fields
+/// with u32 lengths. Only used when needed, so every record a `PUT` could hold keeps its
+/// old bytes and old logs read as before.
+const PUT_WIDE: u8 = 6;
 const NO_UNIQUE: u16 = u16::MAX;
+const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
 /// Frame header: payload length then CRC-32 of the payload.
 pub(crate) const FRAME_HEADER: usize = 8;
@@ -62,7 +67,17 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             unique,
             body,
         } => {
-            out.put_u8(PUT);
+            // Lengths used to be written `as u16` unconditionally: a queue name longer than
+            // 65535 bytes (a Gearman function name can be: only the packet size bounds it)
+            // or a unique key of 65535+ bytes (65535 is the "none" marker) made a record
+            // whose checksum was right but whose fields could not be read back, so the
+            // next start failed with "corrupt record" (or, as the last record, silently
+            // dropped the job as a torn tail). Such puts now use the wide record.
+            let wide = queue.len() > u16::MAX as usize
+                || unique
+                    .as_ref()
+                    .is_some_and(|k| k.len() >= NO_UNIQUE as usize);
+            out.put_u8(if wide { PUT_WIDE } else { PUT });
             out.put_u64_le(*id);
             out.put_u32_le(*pri);
             out.put_u32_le(*ttr);
@@ -75,15 +90,21 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             };
             out.put_u8(tag);
             out.put_u64_le(at);
-            out.put_u16_le(queue.len() as u16);
+            if wide {
+                out.put_u32_le(queue.len() as u32);
+            } else {
+                out.put_u16_le(queue.len() as u16);
+            }
             out.extend_from_slice(queue);
-            // Unique keys are at most a few hundred bytes; 0xFFFF means "none".
-            match unique {
-                Some(key) => {
-                    out.put_u16_le(key.len() as u16);
-                    out.extend_from_slice(key);
-                }
-                None => out.put_u16_le(NO_UNIQUE),
+            // 0xFFFF (0xFFFFFFFF in the wide record) means "no unique key".
+            match (unique, wide) {
+                (Some(key), false) => out.put_u16_le(key.len() as u16),
+                (Some(key), true) => out.put_u32_le(key.len() as u32),
+                (None, false) => out.put_u16_le(NO_UNIQUE),
+                (None, true) => out.put_u32_le(NO_UNIQUE_WIDE),
+            }
+            if let Some(key) = unique {
+                out.extend_from_slice(key);
             }
             out.put_u32_le(body.len() as u32);
             out.extend_from_slice(body);
@@ -142,7 +163,8 @@ impl<'a> Reader<'a> {
 pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
     let mut r = Reader { buf: payload };
     let change = match r.u8()? {
-        PUT => {
+        kind @ (PUT | PUT_WIDE) => {
+            let wide = kind == PUT_WIDE;
             let id = r.u64()?;
             let pri = r.u32()?;
             let ttr = r.u32()?;
@@ -156,24 +178,36 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
                 2 => PutState::Buried,
                 other => return Err(DecodeError::BadState(other)),
             };
-            let qlen = r.u16()? as usize;
-            let queue = Bytes::copy_from_slice(r.take(qlen)?);
-            let unique = match r.u16()? {
-                NO_UNIQUE => None,
-                ulen => Some(Bytes::copy_from_slice(r.take(ulen as usize)?)),
+            let qlen = if wide {
+                r.u32()? as usize
+            } else {
+                r.u16()? as usize
             };
+            let queue = r.take(qlen)?;
+            let ulen = if wide {
+                Some(r.u32()?).filter(|&l| l != NO_UNIQUE_WIDE)
+            } else {
+                Some(r.u16()? as u32).filter(|&l| l != NO_UNIQUE as u32)
+            };
+            let unique = ulen.map(|l| r.take(l as usize)).transpose()?;
             let blen = r.u32()? as usize;
-            let body = Bytes::copy_from_slice(r.take(blen)?);
+            let body = r.take(blen)?;
+            // Copy only once every field is known to be there: recovery tries to decode at
+            // every offset of damaged data, and a failed attempt must cost O(1), not a copy
+            // of up to a whole body.
+            if !r.buf.is_empty() {
+                return Err(DecodeError::TrailingBytes);
+            }
             Change::Put {
                 id,
-                queue,
+                queue: Bytes::copy_from_slice(queue),
                 pri,
                 ttr,
                 delay,
                 created,
                 state,
-                unique,
-                body,
+                unique: unique.map(Bytes::copy_from_slice),
+                body: Bytes::copy_from_slice(body),
             }
         }
         DELETE => Change::Delete { id: r.u64()? },
@@ -262,7 +296,55 @@ mod tests {
             },
             Change::Bury { id: 4, pri: 10 },
             Change::Kick { id: 5 },
+            // Too long for u16 lengths: written as a wide put.
+            Change::Put {
+                id: 9,
+                queue: Bytes::from(vec![b'f'; 70_000]),
+                pri: 3,
+                ttr: 4,
+                delay: 0,
+                created: 2,
+                state: PutState::Ready,
+                unique: Some(Bytes::from(vec![b'u'; 65_535])),
+                body: Bytes::from_static(b"wide"),
+            },
+            Change::Put {
+                id: 10,
+                queue: Bytes::from(vec![b'f'; 65_536]),
+                pri: 3,
+                ttr: 4,
+                delay: 0,
+                created: 2,
+                state: PutState::Buried,
+                unique: None,
+                body: Bytes::new(),
+            },
         ]
+    }
+
+    #[test]
+    fn only_puts_that_need_it_are_written_wide() {
+        let put = |qlen: usize, ulen: Option<usize>| {
+            let mut buf = Vec::new();
+            let change = Change::Put {
+                id: 1,
+                queue: Bytes::from(vec![b'q'; qlen]),
+                pri: 0,
+                ttr: 1,
+                delay: 0,
+                created: 0,
+                state: PutState::Ready,
+                unique: ulen.map(|n| Bytes::from(vec![b'u'; n])),
+                body: Bytes::new(),
+            };
+            encode_change(&change, &mut buf);
+            assert_eq!(decode_change(&buf[FRAME_HEADER..]).unwrap(), change);
+            buf[FRAME_HEADER]
+        };
+        assert_eq!(put(65_535, Some(65_534)), PUT);
+        assert_eq!(put(65_535, None), PUT);
+        assert_eq!(put(65_536, None), PUT_WIDE);
+        assert_eq!(put(1, Some(65_535)), PUT_WIDE);
     }
 
     #[test]
