@@ -255,6 +255,24 @@ fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
     }
 }
 
+/// Syncs a segment, or ends the process if that fails.
+///
+/// After a failed fsync the kernel may have dropped the dirty pages and a second fsync can
+/// report success for data that never reached the disk, so retrying would acknowledge jobs
+/// that are not stored. Stopping is the only honest answer: nothing in the failed batch was
+/// acknowledged, and the next start recovers exactly what the disk holds.
+fn sync_or_die(segment: &Segment) {
+    if let Err(e) = segment.file.sync_data() {
+        tracing::error!(
+            "fsync of log segment {} failed: {e}; stopping so that nothing unsynced is \
+             acknowledged (restart to recover what is on disk)",
+            segment.seq
+        );
+        eprintln!("jobyard: fsync failed: {e}");
+        std::process::exit(75);
+    }
+}
+
 fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
     let mut spare: Vec<u8> = Vec::new();
     let mut last_sync = Instant::now();
@@ -285,7 +303,7 @@ fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
         match snapshot {
             Some(req) => {
                 retry("write", || segment.write(&data[..req.at]));
-                retry("sync", || segment.file.sync_data());
+                sync_or_die(&segment);
                 segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
                 shared.current_segment.store(segment.seq, Ordering::Relaxed);
                 retry("write", || segment.write(&data[req.at..]));
@@ -302,7 +320,7 @@ fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
             FsyncMode::Never => shutdown,
         };
         if must_sync {
-            retry("sync", || segment.file.sync_data());
+            sync_or_die(&segment);
             last_sync = Instant::now();
             unsynced = false;
         }
@@ -314,12 +332,12 @@ fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
             spare = Vec::new();
         }
         if segment.len >= shared.options.segment_bytes {
-            retry("sync", || segment.file.sync_data());
+            sync_or_die(&segment);
             segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
             shared.current_segment.store(segment.seq, Ordering::Relaxed);
         }
         if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
-            retry("sync", || segment.file.sync_data());
+            sync_or_die(&segment);
             return;
         }
     }
