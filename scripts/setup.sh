@@ -5,7 +5,9 @@
 # (or with sudo available).
 #
 #   Debian: beanstalkd (reference server), php-cli + php-pda-pheanstalk (PHP client)
-#   PyPI:   greenstalk, pystalk (Python clients), pytest
+#   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
+#           php-gearman (PHP client)
+#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest
 set -euo pipefail
 
 SUDO=""
@@ -29,7 +31,7 @@ quietly() {
 have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 
 need_apt=()
-for pkg in beanstalkd php-cli php-pda-pheanstalk; do
+for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman; do
   have_deb "$pkg" || need_apt+=("$pkg")
 done
 # pip for the Python that runs the tests (a pyenv or venv Python brings its own)
@@ -47,12 +49,16 @@ fi
 if command -v systemctl >/dev/null 2>&1; then
   $SUDO systemctl stop beanstalkd >/dev/null 2>&1 || true
   $SUDO systemctl disable beanstalkd >/dev/null 2>&1 || true
+  # Likewise Debian's gearmand (gearman-job-server) must not hold port 4730.
+  $SUDO systemctl stop gearman-job-server >/dev/null 2>&1 || true
+  $SUDO systemctl disable gearman-job-server >/dev/null 2>&1 || true
 fi
 
 py_need=()
 $PY -c 'import greenstalk' 2>/dev/null || py_need+=(greenstalk)
 $PY -c 'import pystalk' 2>/dev/null || py_need+=(pystalk)
 $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
+$PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -70,6 +76,9 @@ fi
 $PY -c 'import greenstalk, pystalk, pytest' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
+command -v gearman >/dev/null && command -v gearadmin >/dev/null \
+  || { echo "setup: the gearman/gearadmin tools are missing" >&2; exit 1; }
+php -m | grep -qx gearman || { echo "setup: php-gearman is not loaded" >&2; exit 1; }
 php -r 'require "Pheanstalk/autoload.php"; exit(class_exists("Pheanstalk\\Pheanstalk") ? 0 : 1);' \
   || { echo "setup: Pheanstalk is not loadable from PHP" >&2; exit 1; }
 echo "setup: done"
