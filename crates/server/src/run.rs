@@ -73,6 +73,13 @@ fn open_storage(
     })?;
     let started = std::time::Instant::now();
     let mut engine = Engine::new();
+    // beanstalkd creates `default` before replaying its log, so `list-tubes` (creation
+    // order) starts with it after a restart too. Pinned so that replaying the deletion of
+    // its last job cannot drop it and re-create it at the end of the list.
+    if settings.beanstalk_listen.is_some() {
+        let default = engine.queue_id_or_create(b"default");
+        engine.pin(default);
+    }
     let report = recover(dir, settings.salvage, |change| engine.replay(change))
         .map_err(|e| Fatal(format!("cannot recover the log: {e}"), 1))?;
     engine.raise_next_id(report.next_id);
