@@ -42,12 +42,14 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# Waits until 127.0.0.1:$1 accepts connections (at most $2 seconds, default 30).
+# Waits until 127.0.0.1:$1 accepts connections (at most $2 seconds, default 30; gives up
+# at once if process $3, when given, has exited).
 wait_port() {
-  local port=$1 limit=${2:-30} i=0
+  local port=$1 limit=${2:-30} pid=${3:-} i=0
   while ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
     i=$((i + 1))
     [ "$i" -gt $((limit * 100)) ] && return 1
+    [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
     sleep 0.01
   done
 }
@@ -93,7 +95,7 @@ start_server() {
   $SERVER_CMD >"$dir/server.log" 2>&1 </dev/null &
   SERVER_PID=$!
   [ "${NOWAIT:-0}" = 1 ] && return 0
-  if ! wait_port "$port" 60; then
+  if ! wait_port "$port" 60 "$SERVER_PID"; then
     log "server did not start: $SERVER_CMD"
     tail -5 "$dir/server.log" >&2 || true
     stop_server

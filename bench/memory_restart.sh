@@ -45,7 +45,7 @@ emit() {
 # measure LABEL KIND MODE PROTO RESTARTS(0|1)
 measure() {
   local label=$1 kind=$2 mode=$3 proto=$4 restarts=$5
-  local dir="$TMP/$label" port fill rss0 rss1 fill_jps
+  local dir="$TMP/${label//[^A-Za-z0-9]/_}" port fill rss0 rss1 fill_jps
   rm -rf "$dir"; mkdir -p "$dir"
   port=$(free_port)
   start_server "$kind" "$mode" "$dir" "$port" || { emit "{\"server\":\"$label\",\"error\":\"did not start\"}"; return; }
