@@ -275,7 +275,7 @@ mod tests {
         for _ in 0..20_000 {
             let mut input = Vec::new();
             for _ in 0..(rng.next() % 4 + 1) {
-                if rng.next() % 5 == 0 {
+                if rng.next().is_multiple_of(5) {
                     let n = (rng.next() % 40) as usize;
                     input.extend((0..n).map(|_| rng.next() as u8));
                 } else {

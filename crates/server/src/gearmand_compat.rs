@@ -113,14 +113,14 @@ fn options(args: &[String]) -> Result<Vec<(String, Option<String>)>, String> {
                 .find(|(_, s)| *s == Some(c))
                 .map(|(l, _)| l.to_string())
                 .or_else(|| {
-                    Some(match c {
+                    let long = match c {
                         'R' => "round-robin",
                         'd' => "daemon",
                         'V' => "version",
                         'h' => "help",
                         _ => return None,
-                    })
-                    .map(str::to_string)
+                    };
+                    Some(long.to_string())
                 })
                 .ok_or_else(|| format!("unknown option -{c}"))?;
             (long, (!rest.is_empty()).then(|| rest.to_string()))
@@ -299,7 +299,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             user,
             verbosity,
             gearman_listen: Some(listen),
-            gearman,
+            gearman: Box::new(gearman),
         },
         daemon: launch_daemon,
         pid_file,

@@ -174,7 +174,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     if let Some(listener) = gearman {
         let server = jobyard_gearman::Server::new(
             broker.clone(),
-            settings.gearman.clone(),
+            (*settings.gearman).clone(),
             admin_shutdown.clone(),
         );
         tracing::info!(

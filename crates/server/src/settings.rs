@@ -29,7 +29,8 @@ pub struct Settings {
     /// `None`: the Gearman listener is off.
     pub gearman_listen: Option<String>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
-    pub gearman: jobyard_gearman::Config,
+    /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
+    pub gearman: Box<jobyard_gearman::Config>,
 }
 
 /// beanstalkd's default and jobyard's: 2^16 − 1.
@@ -173,7 +174,7 @@ impl ServeArgs {
                     .or(file.gearman_listen)
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
-            gearman: jobyard_gearman::Config {
+            gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
                     .or(file.gearman_max_packet)
@@ -186,7 +187,7 @@ impl ServeArgs {
                     || file.gearman_allow_shutdown.unwrap_or(false),
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
                 ..jobyard_gearman::Config::default()
-            },
+            }),
         })
     }
 }
