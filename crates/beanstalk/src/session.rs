@@ -33,6 +33,8 @@ pub struct Session {
     watching: Vec<QueueId>,
     producer: bool,
     worker: bool,
+    /// When the blocking reserve in progress gives up (`None`: never).
+    wait_until: Option<u64>,
 }
 
 impl Session {
@@ -50,6 +52,7 @@ impl Session {
             watching: vec![default],
             producer: false,
             worker: false,
+            wait_until: None,
         }
     }
 
@@ -159,24 +162,10 @@ impl Session {
                     }
                 };
                 self.became_worker();
-                let outcome = txn.reserve(
-                    self.conn,
-                    &self.watching,
-                    WaitMode::Best,
-                    Lease::JobTtr,
-                    timeout,
-                    true,
-                    now,
-                );
-                match outcome {
-                    ReserveOutcome::Reserved(id) => {
-                        write_job(out, b"RESERVED ", txn.job(id).expect("just reserved"));
-                        b""
-                    }
-                    ReserveOutcome::DeadlineSoon => b"DEADLINE_SOON\r\n",
-                    ReserveOutcome::TimedOut => b"TIMED_OUT\r\n",
-                    ReserveOutcome::Waiting => return Outcome::Wait,
-                    ReserveOutcome::Available => unreachable!("only for WakeOnly waits"),
+                self.wait_until = timeout.map(|t| now + t);
+                match self.try_reserve(&mut txn, timeout, now, out) {
+                    Some(reply) => reply,
+                    None => return Outcome::Wait,
                 }
             }
             Command::ReserveJob(id) => {
@@ -299,6 +288,36 @@ impl Session {
         Outcome::Done(txn.commit())
     }
 
+    /// Reserves a job into `out`, or returns the reply for why not, or `None` when the
+    /// connection now waits.
+    fn try_reserve(
+        &self,
+        txn: &mut Txn<'_>,
+        timeout: Option<u64>,
+        now: u64,
+        out: &mut BytesMut,
+    ) -> Option<&'static [u8]> {
+        let outcome = txn.reserve(
+            self.conn,
+            &self.watching,
+            WaitMode::Best,
+            Lease::JobTtr,
+            timeout,
+            true,
+            now,
+        );
+        match outcome {
+            ReserveOutcome::Reserved(id) => {
+                write_job(out, b"RESERVED ", txn.job(id).expect("just reserved"));
+                Some(b"")
+            }
+            ReserveOutcome::DeadlineSoon => Some(b"DEADLINE_SOON\r\n"),
+            ReserveOutcome::TimedOut => Some(b"TIMED_OUT\r\n"),
+            ReserveOutcome::Waiting => None,
+            ReserveOutcome::Available => unreachable!("only for WakeOnly waits"),
+        }
+    }
+
     fn ignore(&mut self, txn: &mut Txn<'_>, name: &[u8], out: &mut BytesMut) -> &'static [u8] {
         let pos = txn
             .queue_id(name)
@@ -342,9 +361,19 @@ impl Session {
         }
     }
 
-    /// Retries a blocking reserve whose delivered job was lost in between.
+    /// Retries a blocking reserve whose delivered job was lost in between (its lease ran
+    /// out first), keeping what is left of the original timeout and counting nothing again.
     pub fn reserve_again(&mut self, out: &mut BytesMut) -> Outcome {
-        self.command(Command::Reserve, out)
+        let now = Broker::now();
+        let timeout = self.wait_until.map(|at| at.saturating_sub(now));
+        let mut txn = self.server.broker.lock();
+        match self.try_reserve(&mut txn, timeout, now, out) {
+            Some(reply) => {
+                out.put_slice(reply);
+                Outcome::Done(txn.commit())
+            }
+            None => Outcome::Wait,
+        }
     }
 
     /// Ends a blocking reserve because the client half-closed. Returns true if nothing had

@@ -56,8 +56,7 @@ pub fn parse(args: &[String]) -> Compat {
         let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
             return Compat::Fail(format!("beanstalkd: unknown argument: {arg}\n{USAGE}"), 5);
         };
-        let mut chars = flags.char_indices();
-        while let Some((i, flag)) = chars.next() {
+        for (i, flag) in flags.char_indices() {
             if "lpbfszu".contains(flag) {
                 let glued = &flags[i + 1..];
                 let value = if glued.is_empty() {
@@ -89,9 +88,7 @@ pub fn parse(args: &[String]) -> Compat {
                     },
                     'z' => match value.parse::<u64>() {
                         Ok(n) if n > MAX_MAX_JOB_SIZE as u64 => {
-                            eprintln!(
-                                "beanstalkd: maximum job size was set to {MAX_MAX_JOB_SIZE}"
-                            );
+                            eprintln!("beanstalkd: maximum job size was set to {MAX_MAX_JOB_SIZE}");
                             max_job_size = MAX_MAX_JOB_SIZE;
                         }
                         Ok(n) => max_job_size = n as u32,
@@ -113,9 +110,7 @@ pub fn parse(args: &[String]) -> Compat {
                 }
                 'h' => return Compat::Print(USAGE.to_string()),
                 'c' | 'n' => eprintln!("beanstalkd: -{flag} is obsolete and ignored"),
-                _ => {
-                    return Compat::Fail(format!("beanstalkd: unknown flag: -{flag}\n{USAGE}"), 5)
-                }
+                _ => return Compat::Fail(format!("beanstalkd: unknown flag: -{flag}\n{USAGE}"), 5),
             }
         }
     }
@@ -169,15 +164,30 @@ mod tests {
 
     #[test]
     fn glued_grouped_and_separate_values_all_work() {
-        let s = run(&["-l", "127.0.0.1", "-p11301", "-b/tmp/x", "-f0", "-z", "100", "-VV"]);
+        let s = run(&[
+            "-l",
+            "127.0.0.1",
+            "-p11301",
+            "-b/tmp/x",
+            "-f0",
+            "-z",
+            "100",
+            "-VV",
+        ]);
         assert_eq!(s.beanstalk_listen.as_deref(), Some("127.0.0.1:11301"));
         assert_eq!(s.data_dir, Some(PathBuf::from("/tmp/x")));
         assert_eq!(s.fsync, FsyncMode::Always);
         assert_eq!(s.max_job_size, 100);
         assert_eq!(s.verbosity, 2);
         assert_eq!(run(&["-F"]).fsync, FsyncMode::Never);
-        assert_eq!(run(&["-f", "200"]).fsync, FsyncMode::Interval(Duration::from_millis(200)));
-        assert_eq!(run(&["-l", "::1"]).beanstalk_listen.as_deref(), Some("[::1]:11300"));
+        assert_eq!(
+            run(&["-f", "200"]).fsync,
+            FsyncMode::Interval(Duration::from_millis(200))
+        );
+        assert_eq!(
+            run(&["-l", "::1"]).beanstalk_listen.as_deref(),
+            Some("[::1]:11300")
+        );
         assert_eq!(run(&["-c", "-n"]).max_job_size, 65535);
     }
 
