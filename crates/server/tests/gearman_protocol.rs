@@ -366,6 +366,7 @@ fn only_the_holder_may_report_and_cant_do_reset_and_disconnect_requeue() {
     w2.expect_error("ARGUMENT_TOO_LARGE");
     // CANT_DO requeues the held job.
     w1.send(t::CANT_DO, &[b"r"]);
+    w1.barrier();
     assert_eq!(w2.grab().unwrap()[0], h);
     // RESET_ABILITIES requeues too.
     w2.send(t::RESET_ABILITIES, &[]);
