@@ -27,8 +27,15 @@ pub enum Command {
     ReserveWithTimeout(u32),
     ReserveJob(u64),
     Delete(u64),
-    Release { id: u64, pri: u32, delay: u32 },
-    Bury { id: u64, pri: u32 },
+    Release {
+        id: u64,
+        pri: u32,
+        delay: u32,
+    },
+    Bury {
+        id: u64,
+        pri: u32,
+    },
     Touch(u64),
     Watch(Bytes),
     Ignore(Bytes),
@@ -167,7 +174,13 @@ pub fn parse_line(line: &[u8]) -> Result<Command, ParseError> {
     };
     let rest = &line[prefix.len()..];
     let mut a = Args(rest);
-    let bare = |c: Command| if rest.is_empty() { Ok(c) } else { Err(BadFormat) };
+    let bare = |c: Command| {
+        if rest.is_empty() {
+            Ok(c)
+        } else {
+            Err(BadFormat)
+        }
+    };
     let whole_name = || valid_name(rest);
     match *prefix {
         b"put " => {
@@ -255,8 +268,21 @@ mod tests {
     #[test]
     fn bare_names_without_arguments_are_unknown_and_with_a_space_are_bad_format() {
         for name in [
-            "put", "delete", "use", "watch", "ignore", "peek", "kick", "touch", "bury",
-            "release", "kick-job", "", " ", "PUT 0 0 1 1", "frobnicate",
+            "put",
+            "delete",
+            "use",
+            "watch",
+            "ignore",
+            "peek",
+            "kick",
+            "touch",
+            "bury",
+            "release",
+            "kick-job",
+            "",
+            " ",
+            "PUT 0 0 1 1",
+            "frobnicate",
         ] {
             assert_eq!(p(name), Err(UnknownCommand), "{name:?}");
         }
@@ -337,7 +363,9 @@ mod tests {
             p("watch A-z0+9/;.$_()"),
             Ok(Command::Watch(Bytes::from_static(b"A-z0+9/;.$_()")))
         );
-        for line in ["use -x", "use  x", "use x ", "use a b", "use a!", "use é", "use a:b"] {
+        for line in [
+            "use -x", "use  x", "use x ", "use a b", "use a!", "use é", "use a:b",
+        ] {
             assert_eq!(p(line), Err(BadFormat), "{line:?}");
         }
         assert_eq!(p("use a\0"), Err(BadFormat));
@@ -378,7 +406,10 @@ mod tests {
             ("list-tubes", Command::ListTubes),
             ("list-tube-used", Command::ListTubeUsed),
             ("list-tubes-watched", Command::ListTubesWatched),
-            ("pause-tube t 5", Command::PauseTube(Bytes::from_static(b"t"), 5)),
+            (
+                "pause-tube t 5",
+                Command::PauseTube(Bytes::from_static(b"t"), 5),
+            ),
             ("quit", Command::Quit),
         ];
         for (line, cmd) in cases {

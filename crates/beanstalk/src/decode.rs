@@ -43,7 +43,9 @@ enum State {
         len: usize,
     },
     /// Throwing away an oversized body (and its CRLF).
-    SkipBody { left: usize },
+    SkipBody {
+        left: usize,
+    },
     /// Throwing away an overlong line up to its CRLF.
     DiscardLine,
 }
@@ -221,7 +223,11 @@ mod tests {
     #[test]
     fn bodies_are_read_by_size_whatever_they_contain() {
         let input = b"put 1 0 5 6\r\na\r\nb\0c\r\nput 1 0 5 0\r\n\r\nstats\r\n";
-        let want = vec![put(b"a\r\nb\0c"), put(b""), Request::Command(Command::Stats)];
+        let want = vec![
+            put(b"a\r\nb\0c"),
+            put(b""),
+            Request::Command(Command::Stats),
+        ];
         assert_eq!(all(input, 65535), want);
         assert_eq!(bytewise(input, 65535), want);
     }
@@ -281,7 +287,11 @@ mod tests {
             } else {
                 Request::Invalid(ParseError::BadFormat)
             };
-            assert_eq!(got, vec![first, Request::Command(Command::Stats)], "len {len}");
+            assert_eq!(
+                got,
+                vec![first, Request::Command(Command::Stats)],
+                "len {len}"
+            );
         }
     }
 
@@ -312,7 +322,10 @@ mod tests {
             assert!(buf.len() <= MAX_LINE);
         }
         buf.extend_from_slice(b"\r\n");
-        assert_eq!(d.decode(&mut buf), Some(Request::Invalid(ParseError::BadFormat)));
+        assert_eq!(
+            d.decode(&mut buf),
+            Some(Request::Invalid(ParseError::BadFormat))
+        );
     }
 }
 

@@ -4,9 +4,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use jobyard_broker::Lsn;
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{ConnId, Job, JobState, Lease, QueueId, ReserveOutcome, WaitMode};
-use jobyard_broker::Lsn;
 
 use crate::command::Command;
 use crate::decode::Request;
@@ -126,7 +126,15 @@ impl Session {
             return Outcome::Done(0);
         }
         let mut txn = broker.lock();
-        let put = txn.put(self.using, pri, delay, ttr.max(1), body, true, Broker::now());
+        let put = txn.put(
+            self.using,
+            pri,
+            delay,
+            ttr.max(1),
+            body,
+            true,
+            Broker::now(),
+        );
         let lsn = txn.commit();
         reply_num(out, b"INSERTED ", put.id);
         Outcome::Done(lsn)
@@ -183,10 +191,7 @@ impl Session {
             }
             Command::Release { id, pri, delay } => {
                 self.count(Counted::Release);
-                found(
-                    txn.release(self.conn, id, pri, delay, now),
-                    b"RELEASED\r\n",
-                )
+                found(txn.release(self.conn, id, pri, delay, now), b"RELEASED\r\n")
             }
             Command::Bury { id, pri } => {
                 self.count(Counted::Bury);

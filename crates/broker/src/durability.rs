@@ -52,7 +52,9 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
         let next_id = txn.next_id();
         let jobs = snapshot.len();
         if log.request_snapshot(snapshot, next_id) {
-            tracing::info!("compacting the log: {disk} bytes on disk for ~{live} live bytes ({jobs} jobs)");
+            tracing::info!(
+                "compacting the log: {disk} bytes on disk for ~{live} live bytes ({jobs} jobs)"
+            );
         }
         drop(txn);
     }

@@ -129,7 +129,7 @@ impl Broker {
     /// Waits until everything up to `lsn` is durable (as the fsync mode defines it).
     pub async fn wait_durable(&self, lsn: Lsn) {
         let Some(log) = &self.log else { return };
-        if lsn == 0 || log.durable() >= lsn {
+        if lsn == 0 || log.durable() >= lsn || log.write_through(lsn) {
             return;
         }
         loop {

@@ -36,7 +36,11 @@ pub enum Change {
     /// A job ended: deleted, completed or failed for good.
     Delete { id: JobId },
     /// A job was given back, with a new priority, ready at `ready_at` (0 = now).
-    Release { id: JobId, pri: u32, ready_at: Millis },
+    Release {
+        id: JobId,
+        pri: u32,
+        ready_at: Millis,
+    },
     /// A job was buried with a new priority.
     Bury { id: JobId, pri: u32 },
     /// A buried or delayed job was made ready.

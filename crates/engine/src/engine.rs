@@ -378,7 +378,15 @@ impl Engine {
             });
         }
         self.insert_job(
-            id, q, job.pri, job.ttr, job.delay, now, state, job.body, job.durable,
+            id,
+            q,
+            job.pri,
+            job.ttr,
+            job.delay,
+            now,
+            state,
+            job.body,
+            job.durable,
         );
         if let Some(key) = job.unique {
             self.set_unique(id, q, key);
@@ -556,9 +564,19 @@ impl Engine {
     pub fn kick(&mut self, q: QueueId, bound: u64, now: Millis) -> u64 {
         let queue = self.queue(q);
         let ids: Vec<JobId> = if !queue.buried.is_empty() {
-            queue.buried.iter().take(bound as usize).map(|&(_, id)| id).collect()
+            queue
+                .buried
+                .iter()
+                .take(bound as usize)
+                .map(|&(_, id)| id)
+                .collect()
         } else {
-            queue.delayed.iter().take(bound as usize).map(|&(_, id)| id).collect()
+            queue
+                .delayed
+                .iter()
+                .take(bound as usize)
+                .map(|&(_, id)| id)
+                .collect()
         };
         for &id in &ids {
             self.kick_one(id);
@@ -649,7 +667,16 @@ impl Engine {
         if timeout == Some(0) {
             return ReserveOutcome::TimedOut;
         }
-        self.start_wait(conn, queues, mode, lease, timeout, warn_deadline, soonest, now);
+        self.start_wait(
+            conn,
+            queues,
+            mode,
+            lease,
+            timeout,
+            warn_deadline,
+            soonest,
+            now,
+        );
         ReserveOutcome::Waiting
     }
 
@@ -838,7 +865,10 @@ impl Engine {
             let Some(&conn) = queue.waiters.front() else {
                 return;
             };
-            let wait = self.sessions[&conn].wait.as_ref().expect("waiter has a wait");
+            let wait = self.sessions[&conn]
+                .wait
+                .as_ref()
+                .expect("waiter has a wait");
             let (mode, lease) = (wait.mode, wait.lease);
             let queues = wait.queues.clone();
             self.cancel_wait(conn);
@@ -849,7 +879,9 @@ impl Engine {
                 });
                 continue;
             }
-            let id = self.pick(&queues, mode, now).expect("queue has a ready job");
+            let id = self
+                .pick(&queues, mode, now)
+                .expect("queue has a ready job");
             self.leave_state(id);
             self.lease_to(id, conn, lease, now);
             self.notices.push(Notice {

@@ -20,6 +20,7 @@ struct Fatal(String, i32);
 pub fn run(settings: Settings) -> i32 {
     init_logging(settings.verbosity);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
         .enable_all()
         .thread_name("jobyard")
         .build()
@@ -37,6 +38,15 @@ pub fn run(settings: Settings) -> i32 {
             code
         }
     }
+}
+
+/// Runtime threads for connections: `JOBYARD_THREADS`, by default one per core.
+fn worker_threads() -> usize {
+    std::env::var("JOBYARD_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn init_logging(verbosity: u8) {

@@ -143,9 +143,7 @@ fn read_snapshot(
     };
     let head = HEADER_LEN + 8;
     let tail = SNAPSHOT_END.len() + 8;
-    if data.len() < head + tail
-        || &data[..8] != SNAPSHOT_MAGIC
-        || data[8..16] != seq.to_le_bytes()
+    if data.len() < head + tail || &data[..8] != SNAPSHOT_MAGIC || data[8..16] != seq.to_le_bytes()
     {
         return Err(corrupt(0, "bad snapshot header"));
     }
@@ -174,8 +172,7 @@ fn read_segment(
         fs::remove_file(path).map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
         return Ok(());
     }
-    if data.len() < HEADER_LEN || &data[..8] != SEGMENT_MAGIC || data[8..16] != seq.to_le_bytes()
-    {
+    if data.len() < HEADER_LEN || &data[..8] != SEGMENT_MAGIC || data[8..16] != seq.to_le_bytes() {
         return Err(RecoveryError::Corrupt {
             path: path.to_path_buf(),
             offset: 0,

@@ -72,6 +72,16 @@ struct Shared {
     records_written: AtomicU64,
     current_segment: AtomicU64,
     on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+    /// The open segment and the writer's scratch state. Held while writing a batch: by the
+    /// writer thread, or (when replies need only `write(2)`) by a connection writing inline.
+    writer: Mutex<WriterState>,
+}
+
+struct WriterState {
+    segment: Segment,
+    spare: Vec<u8>,
+    last_sync: Instant,
+    unsynced: bool,
 }
 
 /// The append side of the log, shared by every connection.
@@ -100,11 +110,17 @@ impl Log {
             records_written: AtomicU64::new(0),
             current_segment: AtomicU64::new(first_segment),
             on_durable,
+            writer: Mutex::new(WriterState {
+                segment,
+                spare: Vec::new(),
+                last_sync: Instant::now(),
+                unsynced: false,
+            }),
         });
         let worker = shared.clone();
         let thread = std::thread::Builder::new()
             .name("jobyard-log".into())
-            .spawn(move || write_loop(worker, segment))?;
+            .spawn(move || write_loop(worker))?;
         Ok(Log {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -126,6 +142,25 @@ impl Log {
             self.shared.wake.notify_one();
         }
         lsn
+    }
+
+    /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only
+    /// asks for `write(2)` before a reply (`interval`, `never`), and returns true. Saves a
+    /// hand-off to the writer thread per batch; concurrent callers still share one write.
+    /// Returns false in `always` mode, where the caller must wait for the writer thread
+    /// (an fsync must not block the caller's thread).
+    pub fn write_through(&self, lsn: Lsn) -> bool {
+        if self.shared.options.fsync == FsyncMode::Always {
+            return false;
+        }
+        if self.durable() >= lsn {
+            return true;
+        }
+        let mut w = self.shared.writer.lock().expect("log writer lock");
+        if self.durable() < lsn {
+            write_batch(&self.shared, &mut w, false);
+        }
+        true
     }
 
     /// Everything up to this LSN may be acknowledged.
@@ -247,7 +282,9 @@ fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
         match f() {
             Ok(v) => return v,
             Err(e) => {
-                tracing::error!("log {what} failed: {e}; retrying (nothing is acknowledged until it succeeds)");
+                tracing::error!(
+                    "log {what} failed: {e}; retrying (nothing is acknowledged until it succeeds)"
+                );
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
@@ -263,83 +300,124 @@ fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
 /// acknowledged, and the next start recovers exactly what the disk holds.
 fn sync_or_die(segment: &Segment) {
     if let Err(e) = segment.file.sync_data() {
-        tracing::error!(
-            "fsync of log segment {} failed: {e}; stopping so that nothing unsynced is \
-             acknowledged (restart to recover what is on disk)",
-            segment.seq
-        );
-        eprintln!("jobyard: fsync failed: {e}");
-        std::process::exit(75);
+        fsync_failed(&e);
     }
 }
 
-fn write_loop(shared: Arc<Shared>, mut segment: Segment) {
-    let mut spare: Vec<u8> = Vec::new();
-    let mut last_sync = Instant::now();
-    let mut unsynced = false;
+fn fsync_failed(e: &io::Error) -> ! {
+    tracing::error!(
+        "fsync of the log failed: {e}; stopping so that nothing unsynced is acknowledged \
+         (restart to recover what is on disk)"
+    );
+    eprintln!("jobyard: fsync failed: {e}");
+    std::process::exit(75);
+}
+
+/// The writer thread: writes whatever accumulates (every batch in `always` mode, where it
+/// also syncs), performs the periodic sync of `interval` mode, and flushes at shutdown.
+fn write_loop(shared: Arc<Shared>) {
+    let interval = match shared.options.fsync {
+        FsyncMode::Interval(every) => Some(every),
+        _ => None,
+    };
     loop {
-        let (upto, snapshot, shutdown, records) = {
+        let shutdown = {
             let mut p = shared.pending.lock().expect("log lock");
-            loop {
-                if !p.buf.is_empty() || p.snapshot.is_some() || p.shutdown {
-                    break;
-                }
-                match shared.options.fsync {
-                    FsyncMode::Interval(every) if unsynced => {
-                        let left = every.saturating_sub(last_sync.elapsed());
-                        if left.is_zero() {
+            while p.buf.is_empty() && p.snapshot.is_none() && !p.shutdown {
+                match interval {
+                    Some(every) => {
+                        let (guard, timeout) =
+                            shared.wake.wait_timeout(p, every).expect("log lock");
+                        p = guard;
+                        if timeout.timed_out() {
                             break;
                         }
-                        p = shared.wake.wait_timeout(p, left).expect("log lock").0;
                     }
-                    _ => p = shared.wake.wait(p).expect("log lock"),
+                    None => p = shared.wake.wait(p).expect("log lock"),
                 }
             }
-            std::mem::swap(&mut p.buf, &mut spare);
-            let durable = shared.durable.load(Ordering::Relaxed);
-            (p.appended, p.snapshot.take(), p.shutdown, p.appended - durable)
+            p.shutdown
         };
-        let data = &spare[..];
-        match snapshot {
-            Some(req) => {
-                retry("write", || segment.write(&data[..req.at]));
-                sync_or_die(&segment);
-                segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
-                shared.current_segment.store(segment.seq, Ordering::Relaxed);
-                retry("write", || segment.write(&data[req.at..]));
-                spawn_snapshot(&shared, segment.seq, req);
+        let file_to_sync = {
+            let mut w = shared.writer.lock().expect("log writer lock");
+            write_batch(&shared, &mut w, shutdown);
+            match interval {
+                Some(every) if w.unsynced && w.last_sync.elapsed() >= every => {
+                    w.unsynced = false;
+                    w.last_sync = Instant::now();
+                    w.segment.file.try_clone().ok()
+                }
+                _ => None,
             }
-            None => retry("write", || segment.write(data)),
-        }
-        let must_sync = match shared.options.fsync {
-            FsyncMode::Always => !data.is_empty(),
-            FsyncMode::Interval(every) => {
-                unsynced |= !data.is_empty();
-                unsynced && (last_sync.elapsed() >= every || shutdown)
-            }
-            FsyncMode::Never => shutdown,
         };
-        if must_sync {
-            sync_or_die(&segment);
-            last_sync = Instant::now();
-            unsynced = false;
+        // The periodic sync runs outside the writer lock, so inline writers never wait on it.
+        if let Some(file) = file_to_sync {
+            if let Err(e) = file.sync_data() {
+                fsync_failed(&e);
+            }
         }
+        if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
+            let w = shared.writer.lock().expect("log writer lock");
+            sync_or_die(&w.segment);
+            return;
+        }
+    }
+}
+
+/// Writes everything pending with one `write(2)`, syncs if the mode asks for it, and
+/// advances the durable position. Called with the writer lock held.
+fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
+    let (upto, snapshot, records) = {
+        let mut p = shared.pending.lock().expect("log lock");
+        std::mem::swap(&mut p.buf, &mut w.spare);
+        let durable = shared.durable.load(Ordering::Relaxed);
+        (p.appended, p.snapshot.take(), p.appended - durable)
+    };
+    let data = std::mem::take(&mut w.spare);
+    match snapshot {
+        Some(req) => {
+            retry("write", || w.segment.write(&data[..req.at]));
+            sync_or_die(&w.segment);
+            let next = w.segment.seq + 1;
+            w.segment = retry("segment create", || Segment::create(&shared.dir, next));
+            shared
+                .current_segment
+                .store(w.segment.seq, Ordering::Relaxed);
+            retry("write", || w.segment.write(&data[req.at..]));
+            spawn_snapshot(shared, w.segment.seq, req);
+        }
+        None => retry("write", || w.segment.write(&data)),
+    }
+    let must_sync = match shared.options.fsync {
+        FsyncMode::Always => !data.is_empty(),
+        FsyncMode::Interval(_) => {
+            w.unsynced |= !data.is_empty();
+            w.unsynced && shutdown
+        }
+        FsyncMode::Never => shutdown,
+    };
+    if must_sync {
+        sync_or_die(&w.segment);
+        w.last_sync = Instant::now();
+        w.unsynced = false;
+    }
+    if records > 0 {
         shared.records_written.fetch_add(records, Ordering::Relaxed);
         shared.durable.store(upto, Ordering::Release);
         (shared.on_durable)(upto);
-        spare.clear();
-        if spare.capacity() > 16 << 20 {
-            spare = Vec::new();
-        }
-        if segment.len >= shared.options.segment_bytes {
-            sync_or_die(&segment);
-            segment = retry("segment create", || Segment::create(&shared.dir, segment.seq + 1));
-            shared.current_segment.store(segment.seq, Ordering::Relaxed);
-        }
-        if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
-            sync_or_die(&segment);
-            return;
-        }
+    }
+    w.spare = data;
+    w.spare.clear();
+    if w.spare.capacity() > 16 << 20 {
+        w.spare = Vec::new();
+    }
+    if w.segment.len >= shared.options.segment_bytes {
+        sync_or_die(&w.segment);
+        let next = w.segment.seq + 1;
+        w.segment = retry("segment create", || Segment::create(&shared.dir, next));
+        shared
+            .current_segment
+            .store(w.segment.seq, Ordering::Relaxed);
     }
 }
 
