@@ -138,7 +138,11 @@ impl Log {
             p.appended += 1;
         }
         let lsn = p.appended;
-        if was_empty && !p.buf.is_empty() {
+        // In `always` mode the writer thread does every write. Otherwise whoever waits for
+        // the records writes them inline, and the writer thread only sweeps up, on its
+        // timer, records that nobody waits for — waking it here would cost a context
+        // switch per batch.
+        if was_empty && !p.buf.is_empty() && self.shared.options.fsync == FsyncMode::Always {
             self.shared.wake.notify_one();
         }
         lsn
@@ -313,12 +317,16 @@ fn fsync_failed(e: &io::Error) -> ! {
     std::process::exit(75);
 }
 
+/// How often the writer thread writes out records nobody waited for in `never` mode.
+const NEVER_MODE_SWEEP: Duration = Duration::from_millis(50);
+
 /// The writer thread: writes whatever accumulates (every batch in `always` mode, where it
 /// also syncs), performs the periodic sync of `interval` mode, and flushes at shutdown.
 fn write_loop(shared: Arc<Shared>) {
     let interval = match shared.options.fsync {
         FsyncMode::Interval(every) => Some(every),
-        _ => None,
+        FsyncMode::Never => Some(NEVER_MODE_SWEEP),
+        FsyncMode::Always => None,
     };
     loop {
         let shutdown = {
@@ -342,7 +350,11 @@ fn write_loop(shared: Arc<Shared>) {
             let mut w = shared.writer.lock().expect("log writer lock");
             write_batch(&shared, &mut w, shutdown);
             match interval {
-                Some(every) if w.unsynced && w.last_sync.elapsed() >= every => {
+                Some(every)
+                    if shared.options.fsync != FsyncMode::Never
+                        && w.unsynced
+                        && w.last_sync.elapsed() >= every =>
+                {
                     w.unsynced = false;
                     w.last_sync = Instant::now();
                     w.segment.file.try_clone().ok()
