@@ -17,6 +17,8 @@ mod session;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use jobyard_engine::JobId;
+
 use jobyard_broker::Broker;
 use tokio::sync::Notify;
 
@@ -80,6 +82,17 @@ impl Default for Config {
     }
 }
 
+/// Runs [`Server::finish_jobs_ended_elsewhere`] once a second while the server lives.
+async fn sweep_jobs_ended_elsewhere(server: std::sync::Weak<Server>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        match server.upgrade() {
+            Some(server) => server.finish_jobs_ended_elsewhere(),
+            None => return,
+        }
+    }
+}
+
 /// Shared state of the Gearman listener.
 pub struct Server {
     pub broker: Arc<Broker>,
@@ -91,18 +104,39 @@ pub struct Server {
 impl Server {
     /// Creates the listener's state. `shutdown` is notified when an allowed admin
     /// `shutdown` command asks the whole server to stop.
+    /// Must be called inside a tokio runtime: it starts the sweep of jobs ended elsewhere.
     pub fn new(broker: Arc<Broker>, config: Config, shutdown: Arc<Notify>) -> Arc<Server> {
-        Arc::new(Server {
+        let server = Arc::new(Server {
             broker,
             config,
             registry: Mutex::new(registry::Registry::default()),
             shutdown,
-        })
+        });
+        tokio::spawn(sweep_jobs_ended_elsewhere(Arc::downgrade(&server)));
+        server
     }
 
     /// The Gearman-side state. Take the broker lock first if both are needed.
     pub(crate) fn registry(&self) -> MutexGuard<'_, registry::Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Answers the clients of jobs that ended without Gearman seeing it (a beanstalkd
+    /// consumer deleted a Gearman job, say) and forgets them. Deleting is how other
+    /// protocols say "done", so the clients get WORK_COMPLETE with an empty result.
+    fn finish_jobs_ended_elsewhere(&self) {
+        let txn = self.broker.lock();
+        let mut registry = self.registry();
+        let gone: Vec<JobId> = registry
+            .jobs
+            .keys()
+            .copied()
+            .filter(|&id| txn.job(id).is_none())
+            .collect();
+        for id in gone {
+            let h = handle::format(&self.config.handle_prefix, id);
+            registry.finish(id, packet::kind::WORK_COMPLETE, &h, &h);
+        }
     }
 
     pub(crate) fn request_shutdown(&self) {

@@ -114,3 +114,24 @@ fn a_background_gearman_job_is_reserved_by_a_beanstalkd_consumer() {
     c.send(t::GET_STATUS, &[h.as_bytes()]);
     assert_eq!(c.expect(t::STATUS_RES)[1], "0", "gone");
 }
+
+#[test]
+fn a_foreground_client_hears_when_a_beanstalkd_consumer_finishes_its_job() {
+    let s = GServer::start(&[]);
+    let mut c = s.gear();
+    let h = c.submit(t::SUBMIT_JOB, "fg-tube", "", b"work");
+    let mut b = s.beanstalk();
+    assert_eq!(b.cmd("watch fg-tube"), "WATCHING 2");
+    assert_eq!(b.cmd("ignore default"), "WATCHING 1");
+    let id = h.rsplit(':').next().unwrap().to_string();
+    assert_eq!(b.cmd("reserve-with-timeout 0"), format!("RESERVED {id} 4"));
+    assert_eq!(b.body(4), b"work");
+    assert_eq!(b.cmd(&format!("delete {id}")), "DELETED");
+    // Deleting is how beanstalkd says "done": the waiting client gets WORK_COMPLETE with
+    // an empty result (within the registry's once-a-second sweep; REPLY_TIMEOUT is 15 s).
+    let f = c.expect(t::WORK_COMPLETE);
+    assert_eq!(f[0], h);
+    assert_eq!(f.get(1).map(String::as_str).unwrap_or(""), "");
+    c.send(t::GET_STATUS, &[h.as_bytes()]);
+    assert_eq!(c.expect(t::STATUS_RES)[1], "0", "forgotten");
+}
