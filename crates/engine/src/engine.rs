@@ -124,7 +124,9 @@ pub struct Counts {
 /// connections after each call, and call [`Engine::tick`] when [`Engine::next_deadline`] passes.
 #[derive(Debug)]
 pub struct Engine {
-    jobs: HashMap<JobId, Job>,
+    /// Boxed so the table's buckets stay small: a hash table is up to half empty after it
+    /// grows, and empty buckets of a 120-byte value cost more than the job's body.
+    jobs: HashMap<JobId, Box<Job>>,
     queues: Vec<Option<Queue>>,
     free_queue_slots: Vec<QueueId>,
     by_name: HashMap<Bytes, QueueId>,
@@ -297,13 +299,13 @@ impl Engine {
     // ----- jobs ---------------------------------------------------------------------------
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id)
+        self.jobs.get(&id).map(|job| &**job)
     }
 
     /// Every live job, in no particular order. For admin listings that must cover all
     /// queues at once (Gearman's `show jobs`, `prioritystatus`).
     pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
-        self.jobs.values()
+        self.jobs.values().map(|job| &**job)
     }
 
     pub fn job_count(&self) -> usize {
@@ -374,7 +376,7 @@ impl Engine {
                 created: now,
                 state,
                 unique: job.unique.clone(),
-                body: job.body.clone(),
+                body: private_copy(&job.body),
             });
         }
         self.insert_job(
@@ -450,7 +452,7 @@ impl Engine {
             kicks: 0,
             body,
         };
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         match state {
             PutState::Ready => self.enter_ready(id),
             PutState::Delayed(at) => self.enter_delayed(id, at),
@@ -480,7 +482,7 @@ impl Engine {
     /// Takes a job out of the engine. The caller drops its queue if that emptied it.
     fn remove_job(&mut self, id: JobId) -> Job {
         self.leave_state(id);
-        let job = self.jobs.remove(&id).expect("removed job exists");
+        let job = *self.jobs.remove(&id).expect("removed job exists");
         if let Some(key) = self.unique_of.remove(&id) {
             self.by_unique.remove(&(job.queue, key));
         }
@@ -610,15 +612,15 @@ impl Engine {
 
     /// The next job a reserve on this queue would get (pause ignored).
     pub fn peek_ready(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).ready.first().map(|(_, id)| &self.jobs[id])
+        self.queue(q).ready.first().map(|(_, id)| &*self.jobs[id])
     }
     /// The delayed job of this queue that becomes ready soonest.
     pub fn peek_delayed(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).delayed.first().map(|(_, id)| &self.jobs[id])
+        self.queue(q).delayed.first().map(|(_, id)| &*self.jobs[id])
     }
     /// The job of this queue that was buried longest ago.
     pub fn peek_buried(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).buried.first().map(|(_, id)| &self.jobs[id])
+        self.queue(q).buried.first().map(|(_, id)| &*self.jobs[id])
     }
 
     /// Whole seconds until a delayed job is ready or a lease ends (0 otherwise).
@@ -1151,7 +1153,14 @@ impl Engine {
             created: job.created,
             state,
             unique: self.unique_of.get(&job.id).cloned(),
-            body: job.body.clone(),
+            body: private_copy(&job.body),
         }
     }
+}
+
+/// A copy of a body for a change record. Not a clone: cloning a `Bytes` that owns its
+/// buffer turns it into a shared one, which costs a heap header for as long as the job
+/// lives; the copy is freed as soon as the record is written.
+fn private_copy(body: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(body)
 }
