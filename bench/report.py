@@ -49,7 +49,9 @@ def ratio(a, b):
 
 
 def fmt_ratio(r):
-    return "—" if r is None else f"{r:.2f}×"
+    if r is None:
+        return "—"
+    return f"{r:.3f}×" if r < 0.1 else f"{r:.2f}×"
 
 
 def busy(run, nproc):
@@ -104,6 +106,15 @@ def runs_table(path, nproc, has_gearman):
                     "¹ this jobyard build has no `--gearman-listen` yet: only gearmand was run; "
                     "the jobyard Gearman rows come with the Gearman front end."
                 )
+            short = any(
+                (med([r.get("elapsed_s") for r in rs]) or 0) < 1.0 for rs in (peer, jy) if rs
+            )
+            cpu_mark = "²" if short else ""
+            if short:
+                notes.add(
+                    "² a run shorter than 1 s: the CPU per job is coarse (/proc counts CPU time in "
+                    "10 ms ticks)."
+                )
             bp, bj = med([busy(r, nproc) for r in peer]), med([busy(r, nproc) for r in jy])
             b = f"{fmt(bp * 100 if bp is not None else None)}% / {fmt(bj * 100 if bj is not None else None)}%"
             if wl == "e2e-rate" and peer:
@@ -114,7 +125,7 @@ def runs_table(path, nproc, has_gearman):
                 label = WORKLOADS[wl]
             out.append(
                 f"| {peer_name} ↔ {jy_name} | {label} | {fmt(pj)} | {fmt(jj)} | {jratio} "
-                f"| {fmt(pc, 2)} | {fmt(jc, 2)} | {fmt_ratio(ratio(jc, pc))} "
+                f"| {fmt(pc, 2)} | {fmt(jc, 2)} | {fmt_ratio(ratio(jc, pc))}{cpu_mark} "
                 f"| {fmt(pl)} | {fmt(jl)} | {fmt_ratio(ratio(jl, pl))} | {b} |"
             )
     out.append("")
