@@ -366,6 +366,9 @@ impl Engine {
             PutState::Ready
         };
         let q = job.queue;
+        // The job keeps an exact-size copy; the record takes the caller's buffer and frees
+        // it once written.
+        let body: Box<[u8]> = Box::from(&job.body[..]);
         if job.durable {
             self.changes.push(Change::Put {
                 id,
@@ -376,7 +379,7 @@ impl Engine {
                 created: now,
                 state,
                 unique: job.unique.clone(),
-                body: private_copy(&job.body),
+                body: job.body,
             });
         }
         self.insert_job(
@@ -387,7 +390,7 @@ impl Engine {
             job.delay,
             now,
             state,
-            job.body,
+            body,
             job.durable,
         );
         if let Some(key) = job.unique {
@@ -427,7 +430,7 @@ impl Engine {
         delay: u32,
         created: Millis,
         state: PutState,
-        body: Bytes,
+        body: Box<[u8]>,
         durable: bool,
     ) {
         if durable {
@@ -441,7 +444,6 @@ impl Engine {
             delay,
             state: JobState::Ready,
             due: 0,
-            buried_seq: 0,
             owner: 0,
             created,
             durable,
@@ -460,7 +462,7 @@ impl Engine {
         }
     }
 
-    fn record_cost(&self, q: QueueId, body: &Bytes) -> u64 {
+    fn record_cost(&self, q: QueueId, body: &[u8]) -> u64 {
         body.len() as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
     }
 
@@ -924,8 +926,7 @@ impl Engine {
         let seq = self.bury_seq;
         let job = self.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Buried;
-        job.due = 0;
-        job.buried_seq = seq;
+        job.due = seq;
         let q = job.queue;
         self.queue_mut(q).buried.insert((seq, id));
     }
@@ -945,7 +946,7 @@ impl Engine {
     /// As [`Self::leave_state`], for when the owner's session is already gone.
     fn leave_state_unowned(&mut self, id: JobId) {
         let job = &self.jobs[&id];
-        let (q, pri, due, seq, state) = (job.queue, job.pri, job.due, job.buried_seq, job.state);
+        let (q, pri, due, seq, state) = (job.queue, job.pri, job.due, job.due, job.state);
         match state {
             JobState::Ready => {
                 let queue = self.queue_mut(q);
@@ -1072,7 +1073,17 @@ impl Engine {
                     self.drop_queue_if_unreferenced(old.queue);
                 }
                 let q = self.queue_id_or_create(&queue);
-                self.insert_job(id, q, pri, ttr, delay, created, state, body, true);
+                self.insert_job(
+                    id,
+                    q,
+                    pri,
+                    ttr,
+                    delay,
+                    created,
+                    state,
+                    Box::from(&body[..]),
+                    true,
+                );
                 if let Some(key) = unique {
                     self.set_unique(id, q, key);
                 }
@@ -1153,14 +1164,7 @@ impl Engine {
             created: job.created,
             state,
             unique: self.unique_of.get(&job.id).cloned(),
-            body: private_copy(&job.body),
+            body: Bytes::copy_from_slice(&job.body),
         }
     }
-}
-
-/// A copy of a body for a change record. Not a clone: cloning a `Bytes` that owns its
-/// buffer turns it into a shared one, which costs a heap header for as long as the job
-/// lives; the copy is freed as soon as the record is written.
-fn private_copy(body: &Bytes) -> Bytes {
-    Bytes::copy_from_slice(body)
 }

@@ -1410,7 +1410,7 @@ fn buried_order(e: &Engine, ids: impl Iterator<Item = JobId>) -> BTreeMap<Vec<u8
                 by_queue
                     .entry(e.queue(j.queue).name.to_vec())
                     .or_default()
-                    .push((j.buried_seq, id));
+                    .push((j.buried_seq(), id));
             }
         }
     }

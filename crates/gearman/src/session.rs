@@ -432,7 +432,7 @@ impl Session {
         if let Some(k) = &key {
             if let Some(id) = txn.find_unique(q, k) {
                 let same =
-                    !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| j.body == s.data);
+                    !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| *j.body == s.data[..]);
                 if same {
                     if !s.background {
                         reg.attach(id, self.conn);
