@@ -4,6 +4,7 @@
 #   2. formatting and lints
 #   3. unit, property and black-box tests (cargo test: builds the real binary)
 #   4. real-client, crash and smoke tests against the built binary (pytest)
+#   5. every fuzz target for a few seconds (scripts/fuzz.sh; needs a nightly toolchain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,3 +14,4 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --quiet
 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
 python3 -m pytest -q tests
+bash scripts/fuzz.sh "${JOBYARD_FUZZ_SECONDS:-10}"
