@@ -7,9 +7,8 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use jobyard_broker::{Lsn, Mailbox};
 use jobyard_engine::NoticeKind;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::watch;
 
 use crate::decode::Decoder;
@@ -23,15 +22,30 @@ const FLUSH_AT: usize = 256 << 10;
 /// stops once this much unprocessed input is buffered.
 const READ_AHEAD_LIMIT: usize = 64 << 10;
 
-/// Serves one client until it quits, disconnects, or the server shuts down.
-pub async fn handle(stream: TcpStream, server: Arc<Server>, mut shutdown: watch::Receiver<bool>) {
+/// Serves one TCP client until it quits, disconnects, or the server shuts down.
+pub async fn handle(stream: TcpStream, server: Arc<Server>, shutdown: watch::Receiver<bool>) {
+    // Replies are whole and written at once; Nagle would only hold the last one back.
     let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    serve(rd, wr, server, shutdown).await
+}
+
+/// Serves one client of a UNIX-socket listener (beanstalkd's `-l unix:PATH`).
+pub async fn handle_unix(stream: UnixStream, server: Arc<Server>, shutdown: watch::Receiver<bool>) {
+    let (rd, wr) = stream.into_split();
+    serve(rd, wr, server, shutdown).await
+}
+
+async fn serve<R, W>(rd: R, wr: W, server: Arc<Server>, mut shutdown: watch::Receiver<bool>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let stats = &server.stats;
     stats.total_connections.fetch_add(1, Ordering::Relaxed);
     stats.current_connections.fetch_add(1, Ordering::Relaxed);
     let (conn, mailbox) = server.broker.connect();
     let mut session = Session::new(server.clone(), conn);
-    let (rd, wr) = stream.into_split();
     let mut link = Link {
         rd,
         wr,
@@ -47,9 +61,10 @@ pub async fn handle(stream: TcpStream, server: Arc<Server>, mut shutdown: watch:
     stats.current_connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-struct Link {
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+/// One connection's two directions and buffers, whatever the transport.
+struct Link<R, W> {
+    rd: R,
+    wr: W,
     rbuf: BytesMut,
     out: BytesMut,
     server: Arc<Server>,
@@ -64,7 +79,7 @@ enum Waited {
     ShuttingDown,
 }
 
-impl Link {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
     async fn run(
         &mut self,
         session: &mut Session,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use jobyard_broker::Broker;
 
-pub use connection::handle;
+pub use connection::{handle, handle_unix};
 pub use stats::Stats;
 
 /// Settings and shared state of the beanstalkd listener.

@@ -114,13 +114,10 @@ pub fn parse(args: &[String]) -> Compat {
             }
         }
     }
-    if addr.starts_with("unix:") {
-        return Compat::Fail(
-            "jobyard: UNIX socket listeners (-l unix:PATH) are not supported yet; use TCP".into(),
-            111,
-        );
-    }
-    let listen = if addr.contains(':') && !addr.starts_with('[') {
+    // `-l unix:PATH` listens on a UNIX socket and ignores -p, as beanstalkd 1.12 does.
+    let listen = if addr.starts_with("unix:") {
+        addr.to_string()
+    } else if addr.contains(':') && !addr.starts_with('[') {
         format!("[{addr}]:{port}")
     } else {
         format!("{addr}:{port}")
@@ -189,6 +186,13 @@ mod tests {
             Some("[::1]:11300")
         );
         assert_eq!(run(&["-c", "-n"]).max_job_size, 65535);
+        assert_eq!(
+            run(&["-l", "unix:/run/bs.sock", "-p", "9"])
+                .beanstalk_listen
+                .as_deref(),
+            Some("unix:/run/bs.sock"),
+            "-p is ignored with a UNIX socket"
+        );
     }
 
     #[test]

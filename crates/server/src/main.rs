@@ -5,6 +5,7 @@
 
 mod compat;
 mod gearmand_compat;
+mod listen;
 mod run;
 mod settings;
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 use jobyard_broker::{Broker, Compaction};
 use jobyard_engine::Engine;
 use jobyard_storage::{recover, DirLock, Log, LogOptions};
-use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Notify, Semaphore};
 
+use crate::listen::{self, Listener, Stream};
 use crate::settings::Settings;
 
 /// A start-up failure: its message and the process exit code (beanstalkd's codes).
@@ -143,14 +143,40 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     let broker = Broker::new(engine, log, durable_changed, compaction);
     broker.start();
 
+    // systemd socket activation replaces the configured addresses, as in beanstalkd.
+    let mut activated =
+        listen::activated().map_err(|e| Fatal(format!("socket activation: {e}"), 111))?;
+    if !activated.is_empty() {
+        tracing::info!(
+            "socket activation: {} socket(s) from systemd",
+            activated.len()
+        );
+    }
     let beanstalk = match &settings.beanstalk_listen {
+        Some(_) if !activated.is_empty() => listen::take_activated(&mut activated, "beanstalk"),
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
     let gearman = match &settings.gearman_listen {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => match listen::take_activated(&mut activated, "gearman") {
+            Some(l) => Some(l),
+            None => Some(bind(addr).await?),
+        },
         None => None,
     };
+    if gearman.as_ref().is_some_and(Listener::is_unix) {
+        return Err(Fatal(
+            "the Gearman listener takes TCP addresses only (gearmand has no UNIX sockets)".into(),
+            111,
+        ));
+    }
+    for (name, unused) in &activated {
+        tracing::warn!(
+            "socket activation: no protocol takes {} ({}); ignored",
+            unused.describe(),
+            name.as_deref().unwrap_or("unnamed")
+        );
+    }
     if let Some(user) = &settings.user {
         drop_privileges(user).map_err(|e| Fatal(e, 111))?;
     }
@@ -162,13 +188,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             settings.max_job_size,
             settings.segment_bytes,
         );
-        tracing::info!(
-            "beanstalkd protocol listening on {}",
-            listener
-                .local_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default()
-        );
+        tracing::info!("beanstalkd protocol listening on {}", listener.describe());
         let slots = slots.clone();
         let rx = shutdown_rx.clone();
         tokio::spawn(accept_loop(
@@ -176,7 +196,15 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             slots,
             settings.max_connections,
             rx,
-            move |s, rx| jobyard_beanstalk::handle(s, server.clone(), rx),
+            move |s, rx| {
+                let server = server.clone();
+                async move {
+                    match s {
+                        Stream::Tcp(s) => jobyard_beanstalk::handle(s, server, rx).await,
+                        Stream::Unix(s) => jobyard_beanstalk::handle_unix(s, server, rx).await,
+                    }
+                }
+            },
         ));
     }
     // Notified by the Gearman admin `shutdown` command, when that command is allowed.
@@ -187,13 +215,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             (*settings.gearman).clone(),
             admin_shutdown.clone(),
         );
-        tracing::info!(
-            "Gearman protocol listening on {}",
-            listener
-                .local_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default()
-        );
+        tracing::info!("Gearman protocol listening on {}", listener.describe());
         let slots = slots.clone();
         let rx = shutdown_rx.clone();
         tokio::spawn(accept_loop(
@@ -201,7 +223,15 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             slots,
             settings.max_connections,
             rx,
-            move |s, rx| jobyard_gearman::handle(s, server.clone(), rx),
+            move |s, rx| {
+                let server = server.clone();
+                async move {
+                    // Checked at start-up: the Gearman listener is TCP.
+                    if let Stream::Tcp(s) = s {
+                        jobyard_gearman::handle(s, server, rx).await
+                    }
+                }
+            },
         ));
     }
     tracing::info!(
@@ -230,19 +260,19 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     Ok(())
 }
 
-async fn bind(addr: &str) -> Result<TcpListener, Fatal> {
-    TcpListener::bind(addr)
+async fn bind(addr: &str) -> Result<Listener, Fatal> {
+    Listener::bind(addr)
         .await
         .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))
 }
 
 /// Accepts connections while slots are free; refuses (and says so in the log) otherwise.
 async fn accept_loop<F>(
-    listener: TcpListener,
+    listener: Listener,
     slots: Arc<Semaphore>,
     max: usize,
     mut shutdown: watch::Receiver<bool>,
-    handler: impl Fn(tokio::net::TcpStream, watch::Receiver<bool>) -> F + Send + 'static,
+    handler: impl Fn(Stream, watch::Receiver<bool>) -> F + Send + 'static,
 ) where
     F: std::future::Future<Output = ()> + Send + 'static,
 {

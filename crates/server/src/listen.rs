@@ -1,0 +1,213 @@
+//! Listening sockets: TCP, UNIX (`unix:PATH`, as beanstalkd's `-l`), and sockets handed over
+//! by systemd (socket activation), so existing service and socket units keep working.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+use std::path::PathBuf;
+
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
+const FIRST_ACTIVATED_FD: i32 = 3;
+
+/// A listening socket of either family.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// `created` is the path this process bound, removed again at shutdown; `None` for an
+    /// activated socket, whose file belongs to systemd.
+    Unix {
+        listener: UnixListener,
+        created: Option<PathBuf>,
+    },
+}
+
+/// An accepted connection of either family.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Listener {
+    /// Binds `host:port`, or `unix:PATH`. A stale socket file at PATH (left by a server that
+    /// died) is replaced, as beanstalkd does; any other kind of file is an error.
+    pub async fn bind(addr: &str) -> io::Result<Listener> {
+        let Some(path) = addr.strip_prefix("unix:") else {
+            return Ok(Listener::Tcp(TcpListener::bind(addr).await?));
+        };
+        if path.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "empty socket path",
+            ));
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{path} exists and is not a socket"),
+                ))
+            }
+            Err(_) => {}
+        }
+        Ok(Listener::Unix {
+            listener: UnixListener::bind(path)?,
+            created: Some(PathBuf::from(path)),
+        })
+    }
+
+    /// Wraps a descriptor inherited from systemd, whichever family it is.
+    fn from_activated(fd: OwnedFd) -> io::Result<Listener> {
+        let tcp = std::net::TcpListener::from(fd);
+        if tcp.local_addr().is_ok() {
+            tcp.set_nonblocking(true)?;
+            return Ok(Listener::Tcp(TcpListener::from_std(tcp)?));
+        }
+        let unix = std::os::unix::net::UnixListener::from(OwnedFd::from(tcp));
+        unix.local_addr()?;
+        unix.set_nonblocking(true)?;
+        Ok(Listener::Unix {
+            listener: UnixListener::from_std(unix)?,
+            created: None,
+        })
+    }
+
+    /// The next connection and a printable peer for log lines.
+    pub async fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                Ok((Stream::Tcp(s), peer.to_string()))
+            }
+            Listener::Unix { listener, .. } => {
+                let (s, _) = listener.accept().await?;
+                Ok((Stream::Unix(s), "a UNIX-socket client".into()))
+            }
+        }
+    }
+
+    /// Where it listens, for the start-up log line.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix { listener, .. } => listener
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
+                .unwrap_or_else(|| "an unnamed UNIX socket".into()),
+        }
+    }
+
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Listener::Unix { .. })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix {
+            created: Some(path),
+            ..
+        } = self
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Listening sockets passed by systemd socket activation, in order, with their names
+/// (`FileDescriptorName=`, from `LISTEN_FDNAMES`). Empty unless `LISTEN_PID` is this process.
+pub fn activated() -> io::Result<Vec<(Option<String>, Listener)>> {
+    let for_us = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        == Some(std::process::id());
+    if !for_us {
+        return Ok(Vec::new());
+    }
+    let count: i32 = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| (0..=64).contains(&n))
+        .unwrap_or(0);
+    let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
+        .map(|n| n.split(':').map(str::to_string).collect())
+        .unwrap_or_default();
+    (0..count)
+        .map(|i| {
+            // SAFETY: systemd's protocol hands this process descriptors 3..3+LISTEN_FDS
+            // (LISTEN_PID checked above); nothing else in the process owns them.
+            let fd = unsafe { OwnedFd::from_raw_fd(FIRST_ACTIVATED_FD + i) };
+            let name = names.get(i as usize).filter(|n| !n.is_empty()).cloned();
+            Ok((name, Listener::from_activated(fd)?))
+        })
+        .collect()
+}
+
+/// Names that pick a protocol's socket (`FileDescriptorName=` in the socket unit).
+pub const PROTOCOL_NAMES: [&str; 2] = ["beanstalk", "gearman"];
+
+/// Picks the activated socket for a protocol: the one named after it, else the first socket
+/// not named after any protocol (systemd names sockets after their unit by default). Call
+/// for beanstalkd first, so a single unnamed socket serves beanstalkd as in beanstalkd.
+pub fn take_activated(
+    sockets: &mut Vec<(Option<String>, Listener)>,
+    protocol: &str,
+) -> Option<Listener> {
+    let named = |n: &Option<String>| n.as_deref() == Some(protocol);
+    let unclaimed = |n: &Option<String>| !n.as_deref().is_some_and(|n| PROTOCOL_NAMES.contains(&n));
+    let i = sockets
+        .iter()
+        .position(|(n, _)| named(n))
+        .or_else(|| sockets.iter().position(|(n, _)| unclaimed(n)))?;
+    Some(sockets.remove(i).1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn tcp() -> Listener {
+        Listener::bind("127.0.0.1:0").await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn named_sockets_go_to_their_protocol_and_others_in_order() {
+        let mut s = vec![
+            (Some("jobyard.socket".to_string()), tcp().await),
+            (Some("gearman".to_string()), tcp().await),
+            (None, tcp().await),
+        ];
+        let first = s[0].1.describe();
+        let gearman = s[1].1.describe();
+        assert_eq!(
+            take_activated(&mut s, "gearman").unwrap().describe(),
+            gearman
+        );
+        assert_eq!(
+            take_activated(&mut s, "beanstalk").unwrap().describe(),
+            first
+        );
+        assert_eq!(s.len(), 1);
+        let mut none = Vec::new();
+        assert!(take_activated(&mut none, "beanstalk").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_unix_listener_replaces_a_stale_socket_but_not_a_file_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bs.sock");
+        let addr = format!("unix:{}", path.display());
+        let first = Listener::bind(&addr).await.unwrap();
+        assert!(first.is_unix());
+        assert_eq!(first.describe(), addr);
+        std::mem::forget(first); // a server that died: the socket file stays
+        let second = Listener::bind(&addr).await.unwrap();
+        drop(second);
+        assert!(!path.exists(), "the socket file is removed at shutdown");
+        std::fs::write(&path, b"not a socket").unwrap();
+        assert!(Listener::bind(&addr).await.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+    }
+}
