@@ -60,7 +60,8 @@ jobyard extensions:
       --fsync MODE            always | never | interval=<ms> (default always)
       --max-packet BYTES      largest packet body (default 67108864)
       --allow-shutdown        let the admin command `shutdown` stop the server
-Accepted and ignored: -b/--backlog, -t/--threads, -w/--worker-wakeup, -f/--file-descriptors,
+-t/--threads N sets jobyard's runtime threads (0: one per core).
+Accepted and ignored: -b/--backlog, -w/--worker-wakeup, -f/--file-descriptors,
   --hashtable-buckets, --syslog, --coredump, --store-queue-on-shutdown and the options of the
   libsqlite3, libpq, mysql, redis and libmemcached queues.
 ";
@@ -188,6 +189,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
     let mut pid_file = None;
     let mut log_file = None;
     let mut user = None;
+    let mut threads = None;
     let mut warnings = Vec::new();
     for (name, value) in &opts {
         let v = || value.clone().unwrap_or_default();
@@ -250,8 +252,8 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
                     "TLS (--ssl) is not supported; refusing to serve plaintext instead".into(),
                 )
             }
+            "threads" => threads = Some(number::<usize>(name, value)?).filter(|&n| n > 0),
             "backlog"
-            | "threads"
             | "worker-wakeup"
             | "file-descriptors"
             | "hashtable-buckets"
@@ -298,6 +300,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             salvage: false,
             user,
             verbosity,
+            threads,
             gearman_listen: Some(listen),
             gearman: Box::new(gearman),
         },
@@ -422,7 +425,12 @@ mod tests {
         assert_eq!(s.user.as_deref(), Some("nobody"));
         assert!(l.daemon);
         assert_eq!(l.pid_file, Some(PathBuf::from("/tmp/p")));
-        assert!(l.warnings.iter().any(|w| w.contains("--threads")));
+        assert_eq!(s.threads, Some(8), "-t sets the runtime threads");
+        assert_eq!(
+            launch(&["-t", "0"]).settings.threads,
+            None,
+            "-t 0: one per core"
+        );
         assert_eq!(
             launch(&["-L", "::1"]).settings.gearman_listen.as_deref(),
             Some("[::1]:4730")

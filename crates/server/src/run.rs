@@ -20,7 +20,7 @@ struct Fatal(String, i32);
 pub fn run(settings: Settings) -> i32 {
     init_logging(settings.verbosity);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads())
+        .worker_threads(worker_threads(settings.threads))
         .enable_all()
         .thread_name("jobyard")
         .build()
@@ -40,11 +40,11 @@ pub fn run(settings: Settings) -> i32 {
     }
 }
 
-/// Runtime threads for connections: `JOBYARD_THREADS`, by default one per core.
-fn worker_threads() -> usize {
-    std::env::var("JOBYARD_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
+/// Runtime threads for connections: the setting, else `JOBYARD_THREADS` (which the
+/// beanstalkd and gearmand command lines also honour), else one per core.
+fn worker_threads(configured: Option<usize>) -> usize {
+    configured
+        .or_else(|| std::env::var("JOBYARD_THREADS").ok()?.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

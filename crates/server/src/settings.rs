@@ -28,6 +28,8 @@ pub struct Settings {
     pub verbosity: u8,
     /// `None`: the Gearman listener is off.
     pub gearman_listen: Option<String>,
+    /// Runtime threads serving connections; `None`: `JOBYARD_THREADS`, else one per core.
+    pub threads: Option<usize>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
@@ -68,6 +70,10 @@ pub struct ServeArgs {
     /// Start even if the log has damaged records, skipping what cannot be read.
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
+    /// Threads serving connections. One costs less CPU per job at moderate load; one per
+    /// core gives the most throughput when saturated (docs/performance.md) [default: one per core].
+    #[arg(long, env = "JOBYARD_THREADS")]
+    pub threads: Option<usize>,
     /// Address for Gearman clients and workers, or `off` [default: 127.0.0.1:4730].
     #[arg(long, env = "JOBYARD_GEARMAN_LISTEN")]
     pub gearman_listen: Option<String>,
@@ -97,6 +103,7 @@ struct FileSettings {
     segment_bytes: Option<u64>,
     compact_min_bytes: Option<u64>,
     salvage: Option<bool>,
+    threads: Option<usize>,
     gearman_listen: Option<String>,
     gearman_max_packet: Option<u32>,
     gearman_job_retries: Option<u32>,
@@ -169,6 +176,7 @@ impl ServeArgs {
             salvage: self.salvage || file.salvage.unwrap_or(false),
             user: None,
             verbosity: self.verbose,
+            threads: self.threads.or(file.threads).filter(|&n| n > 0),
             gearman_listen: listen(
                 self.gearman_listen
                     .or(file.gearman_listen)
@@ -223,12 +231,13 @@ mod tests {
         );
         assert_eq!(s.fsync, FsyncMode::Always);
         assert_eq!(s.max_job_size, 65535);
+        assert_eq!(s.threads, None, "one per core unless set");
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.toml");
         std::fs::write(
             &path,
-            "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\n",
+            "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -241,6 +250,7 @@ mod tests {
         assert_eq!(s.fsync, FsyncMode::Never);
         assert_eq!(s.max_job_size, 20, "a flag beats the file");
         assert_eq!(s.beanstalk_listen, None, "off disables the listener");
+        assert_eq!(s.threads, Some(1));
 
         std::fs::write(&path, "no_such_key = 1\n").unwrap();
         let err = ServeArgs {
