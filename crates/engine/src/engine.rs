@@ -1132,26 +1132,47 @@ impl Engine {
     /// Every durable job as a `Put` change, such that replaying them rebuilds the same
     /// queues: buried jobs come in burial order, leased jobs come back ready.
     pub fn snapshot(&self) -> Vec<Change> {
-        let mut out = Vec::with_capacity(self.jobs.len());
+        self.snapshot_of(&self.snapshot_order())
+    }
+
+    /// The ids of every job, in the order a snapshot lists them: buried jobs first in
+    /// burial order (replay rebuilds that order from it), then the rest. With
+    /// [`Engine::snapshot_of`] a snapshot can be copied a chunk at a time, letting other
+    /// work run between chunks; jobs gone by then are skipped.
+    ///
+    /// Reads only the queues' buried sets and the job table's keys, never the jobs
+    /// themselves: the caller holds the engine lock meanwhile, and touching a million
+    /// boxed jobs would stall every connection for a tenth of a second.
+    pub fn snapshot_order(&self) -> Vec<JobId> {
+        let mut ids = Vec::with_capacity(self.jobs.len());
         for queue in self.queues() {
-            for (_, id) in &queue.buried {
-                let job = &self.jobs[id];
-                if job.durable {
-                    out.push(self.put_change(job, PutState::Buried));
-                }
-            }
+            ids.extend(queue.buried.iter().map(|&(_, id)| id));
         }
-        for job in self.jobs.values() {
-            let state = match job.state {
-                JobState::Buried => continue,
-                JobState::Delayed => PutState::Delayed(job.due),
-                JobState::Ready | JobState::Reserved => PutState::Ready,
-            };
-            if job.durable {
-                out.push(self.put_change(job, state));
-            }
+        let buried = ids.len();
+        if buried == 0 {
+            ids.extend(self.jobs.keys().copied());
+        } else {
+            let listed: HashSet<JobId> = ids.iter().copied().collect();
+            ids.extend(self.jobs.keys().filter(|id| !listed.contains(id)).copied());
         }
-        out
+        ids
+    }
+
+    /// `Put` changes for those of `ids` that still exist and are durable, each in its
+    /// current state (leased jobs as ready).
+    pub fn snapshot_of(&self, ids: &[JobId]) -> Vec<Change> {
+        ids.iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|job| job.durable)
+            .map(|job| {
+                let state = match job.state {
+                    JobState::Buried => PutState::Buried,
+                    JobState::Delayed => PutState::Delayed(job.due),
+                    JobState::Ready | JobState::Reserved => PutState::Ready,
+                };
+                self.put_change(job, state)
+            })
+            .collect()
     }
 
     fn put_change(&self, job: &Job, state: PutState) -> Change {

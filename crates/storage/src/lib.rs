@@ -23,7 +23,7 @@ pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use recovery::{recover, RecoveryError, RecoveryReport};
-pub use writer::{FsyncMode, Log, LogOptions};
+pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 
 pub use jobyard_engine::Change;
 

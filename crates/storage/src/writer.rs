@@ -5,6 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,10 +48,40 @@ impl Default for LogOptions {
     }
 }
 
+/// Chunks of jobs in flight to the snapshot thread; a full channel makes the feeder wait,
+/// which bounds the memory a snapshot takes whatever the number of jobs.
+const FEED_DEPTH: usize = 4;
+
+/// What the snapshot thread receives.
+enum FeedItem {
+    Jobs(Vec<Change>),
+    /// Everything was fed: the snapshot may be completed. A feed dropped without this
+    /// abandons the snapshot (the log keeps its segments).
+    Done,
+}
+
+/// The writing end of a snapshot started by [`Log::begin_snapshot`].
+pub struct SnapshotFeed {
+    tx: SyncSender<FeedItem>,
+}
+
+impl SnapshotFeed {
+    /// Adds jobs (as `Put` changes). Blocks while the snapshot thread is behind; returns
+    /// false if the snapshot failed, after which further jobs are pointless.
+    pub fn send(&self, jobs: Vec<Change>) -> bool {
+        self.tx.send(FeedItem::Jobs(jobs)).is_ok()
+    }
+
+    /// Completes the snapshot: it is synced, renamed into place and older files deleted.
+    pub fn finish(self) {
+        let _ = self.tx.send(FeedItem::Done);
+    }
+}
+
 struct SnapshotRequest {
     /// Offset in the pending buffer where the new segment must start.
     at: usize,
-    changes: Vec<Change>,
+    feed: Receiver<FeedItem>,
     next_id: u64,
 }
 
@@ -199,22 +230,40 @@ impl Log {
         self.shared.snapshot_running.load(Ordering::Acquire)
     }
 
-    /// Starts a new segment at the current end of the log, and writes `changes` (the
-    /// engine's state at exactly this point) as a snapshot in the background; once it is
-    /// safe, every older file is deleted. Call it in the same critical section that took
-    /// the snapshot. Returns false if a snapshot is already being written.
-    pub fn request_snapshot(&self, changes: Vec<Change>, next_id: u64) -> bool {
+    /// Starts a new segment at the current end of the log and a snapshot that the returned
+    /// feed fills, while appends go on. Once the feed is finished and the snapshot is on
+    /// disk, every older file is deleted. Returns `None` if a snapshot is already running.
+    ///
+    /// Recovery loads the snapshot and then replays every record of the new segment on,
+    /// so the jobs fed may be in any state they reached after this call (a "fuzzy"
+    /// snapshot): every record sets a job's state outright, so replaying the records
+    /// after the cut over a later state ends in the same place. That lets the caller
+    /// copy the engine a chunk at a time instead of stopping it for the whole copy.
+    /// `next_id` must be the engine's at this call or later.
+    pub fn begin_snapshot(&self, next_id: u64) -> Option<SnapshotFeed> {
         if self.shared.snapshot_running.swap(true, Ordering::AcqRel) {
-            return false;
+            return None;
         }
+        let (tx, rx) = mpsc::sync_channel(FEED_DEPTH);
         let mut p = self.shared.pending.lock().expect("log lock");
         let at = p.buf.len();
         p.snapshot = Some(SnapshotRequest {
             at,
-            changes,
+            feed: rx,
             next_id,
         });
         self.shared.wake.notify_one();
+        Some(SnapshotFeed { tx })
+    }
+
+    /// A snapshot of `changes` (the engine's state at exactly this point) in one go; see
+    /// [`Log::begin_snapshot`]. Returns false if a snapshot is already running.
+    pub fn request_snapshot(&self, changes: Vec<Change>, next_id: u64) -> bool {
+        let Some(feed) = self.begin_snapshot(next_id) else {
+            return false;
+        };
+        feed.send(changes);
+        feed.finish();
         true
     }
 
@@ -440,11 +489,10 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
         .name("jobyard-snapshot".into())
         .spawn(move || {
             let shared = shared_for_thread;
-            match write_snapshot(&shared.dir, seq, &req.changes, req.next_id) {
-                Ok(()) => tracing::info!(
-                    "snapshot {seq} written ({} jobs); older log files removed",
-                    req.changes.len()
-                ),
+            match write_snapshot(&shared.dir, seq, req.feed, req.next_id) {
+                Ok(jobs) => {
+                    tracing::info!("snapshot {seq} written ({jobs} jobs); older log files removed")
+                }
                 Err(e) => tracing::error!("snapshot {seq} failed: {e}; the log keeps all segments"),
             }
             shared.snapshot_running.store(false, Ordering::Release);
@@ -455,25 +503,20 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
     }
 }
 
-fn write_snapshot(dir: &Path, seq: u64, changes: &[Change], next_id: u64) -> io::Result<()> {
+/// Writes what the feed sends to `snap-<seq>.snap` and returns the number of jobs. The file
+/// is written under a temporary name and renamed only once complete and synced, so an
+/// interrupted snapshot leaves nothing recovery would trust.
+fn write_snapshot(dir: &Path, seq: u64, feed: Receiver<FeedItem>, next_id: u64) -> io::Result<u64> {
     let final_path = snapshot_path(dir, seq);
     let tmp = final_path.with_extension("snap.tmp");
-    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-    out.write_all(&header(SNAPSHOT_MAGIC, seq))?;
-    out.write_all(&next_id.to_le_bytes())?;
-    let mut buf = Vec::with_capacity(64 << 10);
-    for change in changes {
-        encode_change(change, &mut buf);
-        if buf.len() >= 60 << 10 {
-            out.write_all(&buf)?;
-            buf.clear();
+    let written = write_snapshot_file(&tmp, seq, feed, next_id);
+    let jobs = match written {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-    }
-    out.write_all(&buf)?;
-    out.write_all(SNAPSHOT_END)?;
-    out.write_all(&(changes.len() as u64).to_le_bytes())?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
+    };
     fs::rename(&tmp, &final_path)?;
     sync_dir(dir)?;
     for (kind, path) in list(dir)? {
@@ -485,5 +528,41 @@ fn write_snapshot(dir: &Path, seq: u64, changes: &[Change], next_id: u64) -> io:
             fs::remove_file(path)?;
         }
     }
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(jobs)
+}
+
+fn write_snapshot_file(
+    tmp: &Path,
+    seq: u64,
+    feed: Receiver<FeedItem>,
+    next_id: u64,
+) -> io::Result<u64> {
+    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(tmp)?);
+    out.write_all(&header(SNAPSHOT_MAGIC, seq))?;
+    out.write_all(&next_id.to_le_bytes())?;
+    let mut buf = Vec::with_capacity(64 << 10);
+    let mut jobs = 0u64;
+    loop {
+        match feed.recv() {
+            Ok(FeedItem::Jobs(changes)) => {
+                for change in &changes {
+                    encode_change(change, &mut buf);
+                    if buf.len() >= 60 << 10 {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                    }
+                }
+                jobs += changes.len() as u64;
+            }
+            Ok(FeedItem::Done) => break,
+            Err(_) => return Err(io::Error::other("abandoned before it was complete")),
+        }
+    }
+    out.write_all(&buf)?;
+    out.write_all(SNAPSHOT_END)?;
+    out.write_all(&jobs.to_le_bytes())?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(jobs)
 }
