@@ -395,15 +395,11 @@ fn write_loop(shared: Arc<Shared>) {
             }
             p.shutdown
         };
-        let file_to_sync = {
+        let file_to_flush = {
             let mut w = shared.writer.lock().expect("log writer lock");
             write_batch(&shared, &mut w, shutdown);
             match interval {
-                Some(every)
-                    if shared.options.fsync != FsyncMode::Never
-                        && w.unsynced
-                        && w.last_sync.elapsed() >= every =>
-                {
+                Some(every) if w.unsynced && w.last_sync.elapsed() >= every => {
                     w.unsynced = false;
                     w.last_sync = Instant::now();
                     w.segment.file.try_clone().ok()
@@ -411,9 +407,11 @@ fn write_loop(shared: Arc<Shared>) {
                 _ => None,
             }
         };
-        // The periodic sync runs outside the writer lock, so inline writers never wait on it.
-        if let Some(file) = file_to_sync {
-            if let Err(e) = file.sync_data() {
+        // The periodic flush runs outside the writer lock, so inline writers never wait on it.
+        if let Some(file) = file_to_flush {
+            if shared.options.fsync == FsyncMode::Never {
+                start_writeback(&file);
+            } else if let Err(e) = file.sync_data() {
                 fsync_failed(&e);
             }
         }
@@ -422,6 +420,19 @@ fn write_loop(shared: Arc<Shared>) {
             sync_or_die(&w.segment);
             return;
         }
+    }
+}
+
+/// Asks the kernel to start writing the file's dirty pages, without waiting for them and
+/// without any promise (`never` mode promises nothing). It keeps the dirty backlog small,
+/// so the fsync that closes a segment, which holds the writer lock and so every writing
+/// connection, is short: without it, 64 MB of dirty log made that fsync a 40–60 ms stall.
+fn start_writeback(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is owned by `file` for the whole call; the call only
+    // schedules I/O and touches no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
@@ -455,7 +466,10 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
             w.unsynced |= !data.is_empty();
             w.unsynced && shutdown
         }
-        FsyncMode::Never => shutdown,
+        FsyncMode::Never => {
+            w.unsynced |= !data.is_empty();
+            shutdown
+        }
     };
     if must_sync {
         sync_or_die(&w.segment);
