@@ -1,5 +1,6 @@
 //! Keeping the log proportional to the live data.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +78,9 @@ const SNAPSHOT_PAUSE: Duration = Duration::from_millis(1);
 /// is "fuzzy": see `Log::begin_snapshot`).
 fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[u64]) {
     for chunk in order.chunks(SNAPSHOT_CHUNK) {
+        if broker.stopping.load(Ordering::Acquire) {
+            return; // dropping the feed abandons the snapshot
+        }
         let jobs = broker.lock().snapshot_of(chunk);
         if !feed.send(jobs) {
             return;

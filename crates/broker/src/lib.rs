@@ -48,6 +48,9 @@ pub struct Broker {
     timer_at: AtomicU64,
     next_conn: AtomicU64,
     draining: AtomicBool,
+    /// Set by [`Broker::shutdown`]: a snapshot being copied is abandoned (the log keeps its
+    /// segments, so nothing is lost) rather than making the shutdown wait for it.
+    stopping: AtomicBool,
     compaction: Compaction,
 }
 
@@ -76,6 +79,7 @@ impl Broker {
             timer_at: AtomicU64::new(u64::MAX),
             next_conn: AtomicU64::new(1),
             draining: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             compaction,
         })
     }
@@ -151,9 +155,11 @@ impl Broker {
         }
     }
 
-    /// Writes and syncs everything in the log and stops its writer, after letting a
-    /// snapshot in progress finish. Call once connections are closed.
+    /// Writes and syncs everything in the log and stops its writer, after a snapshot in
+    /// progress has finished or, if it was still copying jobs, been abandoned. Call once
+    /// connections are closed.
     pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         if let Some(log) = &self.log {
             while log.snapshot_running() {
                 std::thread::sleep(std::time::Duration::from_millis(10));

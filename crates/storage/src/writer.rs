@@ -507,6 +507,9 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
                 Ok(jobs) => {
                     tracing::info!("snapshot {seq} written ({jobs} jobs); older log files removed")
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    tracing::info!("snapshot {seq} abandoned; the log keeps all segments")
+                }
                 Err(e) => tracing::error!("snapshot {seq} failed: {e}; the log keeps all segments"),
             }
             shared.snapshot_running.store(false, Ordering::Release);
@@ -570,7 +573,12 @@ fn write_snapshot_file(
                 jobs += changes.len() as u64;
             }
             Ok(FeedItem::Done) => break,
-            Err(_) => return Err(io::Error::other("abandoned before it was complete")),
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "abandoned before it was complete",
+                ))
+            }
         }
     }
     out.write_all(&buf)?;
