@@ -15,7 +15,6 @@ import socket
 import struct
 import subprocess
 import time
-from pathlib import Path
 
 import greenstalk
 import pytest
@@ -189,6 +188,26 @@ def test_socket_activation_by_name_for_both_protocols(spawn, jobyard_bin, tmp_pa
     c.close()
     assert stop(proc) == 0
     assert unix_path.exists(), "an activated socket's file belongs to systemd, not to us"
+
+
+def test_a_protocol_without_an_activated_socket_uses_its_address(spawn, jobyard_bin, tmp_path):
+    gearman = tcp_listener()
+    gport = gearman.getsockname()[1]
+    bport = free_port()
+    argv, fds = activated(
+        jobyard_bin,
+        ["serve", "--data-dir", str(tmp_path / "data"), "--fsync", "never",
+         "--beanstalk-listen", f"{HOST}:{bport}", "--gearman-listen", f"{HOST}:{free_port()}"],
+        [gearman],
+        names=["gearman"],
+    )
+    proc = spawn(argv, pass_fds=fds)
+    gearman.close()
+    c = client_when_up((HOST, bport), proc)
+    round_trip(c, "configured address")
+    assert gearman_echo(gport, b"activated") == b"activated"
+    c.close()
+    assert stop(proc) == 0
 
 
 def test_socket_activation_of_a_unix_socket(spawn, jobyard_bin, tmp_path):

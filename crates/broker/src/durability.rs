@@ -4,6 +4,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobyard_engine::JobId;
+
 use crate::Broker;
 
 /// When to replace old log files with a snapshot.
@@ -76,7 +78,7 @@ const SNAPSHOT_PAUSE: Duration = Duration::from_millis(1);
 /// Copies the jobs into the snapshot a chunk at a time, taking the engine lock once per
 /// chunk, so a large queue never stops the server for the whole copy (the log's snapshot
 /// is "fuzzy": see `Log::begin_snapshot`).
-fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[u64]) {
+fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[JobId]) {
     for chunk in order.chunks(SNAPSHOT_CHUNK) {
         if broker.stopping.load(Ordering::Acquire) {
             return; // dropping the feed abandons the snapshot

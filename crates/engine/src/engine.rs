@@ -366,10 +366,14 @@ impl Engine {
             PutState::Ready
         };
         let q = job.queue;
-        // The job keeps an exact-size copy; the record takes the caller's buffer and frees
-        // it once written.
-        let body: Box<[u8]> = Box::from(&job.body[..]);
-        if job.durable {
+        // A durable job keeps an exact-size copy and the record takes the caller's buffer
+        // (freed once written); a job that is not logged takes the buffer itself.
+        let (body, record_body): (Box<[u8]>, _) = if job.durable {
+            (Box::from(&job.body[..]), Some(job.body))
+        } else {
+            (Vec::from(job.body).into_boxed_slice(), None)
+        };
+        if let Some(record_body) = record_body {
             self.changes.push(Change::Put {
                 id,
                 queue: self.queue(q).name.clone(),
@@ -379,7 +383,7 @@ impl Engine {
                 created: now,
                 state,
                 unique: job.unique.clone(),
-                body: job.body,
+                body: record_body,
             });
         }
         self.insert_job(
@@ -946,7 +950,7 @@ impl Engine {
     /// As [`Self::leave_state`], for when the owner's session is already gone.
     fn leave_state_unowned(&mut self, id: JobId) {
         let job = &self.jobs[&id];
-        let (q, pri, due, seq, state) = (job.queue, job.pri, job.due, job.due, job.state);
+        let (q, pri, due, state) = (job.queue, job.pri, job.due, job.state);
         match state {
             JobState::Ready => {
                 let queue = self.queue_mut(q);
@@ -966,7 +970,8 @@ impl Engine {
                 }
             }
             JobState::Buried => {
-                self.queue_mut(q).buried.remove(&(seq, id));
+                // `due` holds the burial order while buried.
+                self.queue_mut(q).buried.remove(&(due, id));
             }
         }
     }
@@ -1148,8 +1153,7 @@ impl Engine {
         for queue in self.queues() {
             ids.extend(queue.buried.iter().map(|&(_, id)| id));
         }
-        let buried = ids.len();
-        if buried == 0 {
+        if ids.is_empty() {
             ids.extend(self.jobs.keys().copied());
         } else {
             let listed: HashSet<JobId> = ids.iter().copied().collect();

@@ -146,7 +146,7 @@ pub fn activated() -> io::Result<Vec<(Option<String>, Listener)>> {
 }
 
 /// Names that pick a protocol's socket (`FileDescriptorName=` in the socket unit).
-pub const PROTOCOL_NAMES: [&str; 2] = ["beanstalk", "gearman"];
+const PROTOCOL_NAMES: [&str; 2] = ["beanstalk", "gearman"];
 
 /// Picks the activated socket for a protocol: the one named after it, else the first socket
 /// not named after any protocol (systemd names sockets after their unit by default). Call

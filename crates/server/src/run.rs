@@ -152,21 +152,12 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             activated.len()
         );
     }
-    let beanstalk = match &settings.beanstalk_listen {
-        Some(_) if !activated.is_empty() => listen::take_activated(&mut activated, "beanstalk"),
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
-    let gearman = match &settings.gearman_listen {
-        Some(addr) => match listen::take_activated(&mut activated, "gearman") {
-            Some(l) => Some(l),
-            None => Some(bind(addr).await?),
-        },
-        None => None,
-    };
+    // beanstalkd first: a single unnamed activated socket is beanstalkd's, as in beanstalkd.
+    let beanstalk = listener_for(&settings.beanstalk_listen, &mut activated, "beanstalk").await?;
+    let gearman = listener_for(&settings.gearman_listen, &mut activated, "gearman").await?;
     if gearman.as_ref().is_some_and(Listener::is_unix) {
         return Err(Fatal(
-            "the Gearman listener takes TCP addresses only (gearmand has no UNIX sockets)".into(),
+            "the Gearman listener takes TCP addresses only".into(),
             111,
         ));
     }
@@ -258,6 +249,22 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     broker.shutdown();
     tracing::info!("log flushed; bye");
     Ok(())
+}
+
+/// A protocol's listener: the activated socket meant for it if systemd passed one, else
+/// its configured address; none when the protocol is off.
+async fn listener_for(
+    configured: &Option<String>,
+    activated: &mut Vec<(Option<String>, Listener)>,
+    protocol: &str,
+) -> Result<Option<Listener>, Fatal> {
+    let Some(addr) = configured else {
+        return Ok(None);
+    };
+    match listen::take_activated(activated, protocol) {
+        Some(l) => Ok(Some(l)),
+        None => bind(addr).await.map(Some),
+    }
 }
 
 async fn bind(addr: &str) -> Result<Listener, Fatal> {
