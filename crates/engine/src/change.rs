@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::{JobId, Millis};
+use crate::{JobEnd, JobId, Millis};
 
 /// The state a job is created in (by a put, or by a snapshot that re-creates it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +31,19 @@ pub enum Change {
         state: PutState,
         /// A client-chosen key, unique among the queue's live jobs (Gearman's unique id).
         unique: Option<Bytes>,
+        /// Attributes a front end carries with the job (see [`crate::NewJob::attrs`]).
+        attrs: Option<Bytes>,
+        /// The attempt number, when it was fenced ([`crate::Engine::fence`]); 0 otherwise.
+        attempt: u32,
         body: Bytes,
     },
-    /// A job ended: deleted, completed or failed for good.
+    /// A job was removed without an outcome (beanstalkd `delete`).
     Delete { id: JobId },
+    /// A job ended with an outcome: completed or failed for good.
+    End { id: JobId, end: JobEnd },
+    /// A leased job's attempt number, logged so that a hand-out's fencing token is never
+    /// reused, also after a restart.
+    Attempt { id: JobId, attempt: u32 },
     /// A job was given back, with a new priority, ready at `ready_at` (0 = now).
     Release {
         id: JobId,

@@ -2,30 +2,43 @@
 //!
 //! The engine is pure logic. It never reads a clock, a socket or a file: callers pass the
 //! current time in, and take out what the engine produced — [`Change`]s for the durable log
-//! and [`Notice`]s for connections that are waiting. That keeps it deterministic, which is
-//! what lets the property tests compare it against a model and lets recovery rebuild it
-//! by replaying the very changes it emitted.
+//! and [`Notice`]s for sessions that are waiting or watching. That keeps it deterministic,
+//! which is what lets the property tests compare it against a model and lets recovery
+//! rebuild it by replaying the very changes it emitted.
 //!
 //! One namespace of queues serves every protocol: a beanstalkd tube, a Gearman function
 //! and a jobd target of the same name are the same [`Queue`].
 
 mod change;
+mod clock;
+mod ends;
 mod engine;
 mod job;
+mod jobs;
+mod leases;
+mod listing;
+mod notice;
 mod queue;
+mod queues;
+mod recovery;
+mod states;
 mod timers;
+mod waits;
 
 pub use change::{Change, PutState};
-pub use engine::{
-    Counts, Engine, Lease, NewJob, Notice, NoticeKind, PutOutcome, ReserveOutcome, WaitMode,
-};
+pub use engine::{Counts, Engine};
 pub use job::{Job, JobState};
+pub use jobs::{NewJob, PutOutcome};
+pub use listing::{Cursor, Page};
+pub use notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
 pub use queue::{Queue, QueueId};
+pub use waits::{Lease, ReserveOutcome, WaitMode};
 
 /// Identifies a job for its whole life; never reused, and continued across restarts.
 pub type JobId = u64;
 
-/// Identifies a client session (a connection) to the engine, so leases and waits have an owner.
+/// Identifies a session to the engine (a connection, or a worker token of a front end
+/// whose peers are not connections), so leases, waits and watches have an owner.
 pub type ConnId = u64;
 
 /// Wall-clock milliseconds since the Unix epoch. Wall clock (not monotonic) because delayed
@@ -37,3 +50,6 @@ pub const URGENT_PRIORITY: u32 = 1024;
 
 /// How long before a lease ends its holder is warned instead of being given more work.
 pub const SAFETY_MARGIN_MS: Millis = 1000;
+
+/// A paused queue with this `paused_until` stays paused until resumed.
+pub const PAUSED_FOREVER: Millis = Millis::MAX;

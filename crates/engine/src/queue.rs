@@ -27,6 +27,8 @@ pub struct Queue {
     pub paused_until: Millis,
     /// The pause length last asked for, in seconds.
     pub pause_secs: u32,
+    /// At most this many jobs leased at once (0: no limit).
+    pub lease_limit: u32,
     /// Connections that put into this queue by default (beanstalkd `use`).
     pub producers: u32,
     /// Connections that take from this queue (beanstalkd `watch`, Gearman `CAN_DO`).
@@ -36,6 +38,12 @@ pub struct Queue {
     pub total_jobs: u64,
     pub cmd_delete: u64,
     pub cmd_pause: u64,
+    /// Jobs that ended with [`crate::EndStatus::Ok`] since start.
+    pub total_ok: u64,
+    /// Jobs that ended with [`crate::EndStatus::Failed`] since start.
+    pub total_failed: u64,
+    /// Leases of this queue's jobs that ran out since start.
+    pub total_timeouts: u64,
 }
 
 impl Queue {
@@ -50,12 +58,16 @@ impl Queue {
             urgent: 0,
             paused_until: 0,
             pause_secs: 0,
+            lease_limit: 0,
             producers: 0,
             consumers: 0,
             pins: 0,
             total_jobs: 0,
             cmd_delete: 0,
             cmd_pause: 0,
+            total_ok: 0,
+            total_failed: 0,
+            total_timeouts: 0,
         }
     }
 
@@ -75,6 +87,10 @@ impl Queue {
     pub fn is_paused(&self, now: Millis) -> bool {
         self.paused_until > now
     }
+    /// Whether another job may be leased now ([`Queue::lease_limit`]).
+    pub fn has_lease_room(&self) -> bool {
+        self.lease_limit == 0 || self.reserved < self.lease_limit
+    }
     /// The highest-priority ready job, if any.
     pub fn head(&self) -> Option<(u32, JobId)> {
         self.ready.first().copied()
@@ -89,5 +105,7 @@ impl Queue {
             && self.consumers == 0
             && self.pins == 0
             && self.waiters.is_empty()
+            && self.paused_until != crate::PAUSED_FOREVER
+            && self.lease_limit == 0
     }
 }

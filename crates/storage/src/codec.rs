@@ -2,7 +2,7 @@
 //! an error, never a panic (a fuzz target holds it to that).
 
 use bytes::{BufMut, Bytes};
-use jobyard_engine::{Change, PutState};
+use jobyard_engine::{Change, EndStatus, JobEnd, PutState};
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -13,6 +13,14 @@ const KICK: u8 = 5;
 /// with u32 lengths. Only used when needed, so every record a `PUT` could hold keeps its
 /// old bytes and old logs read as before.
 const PUT_WIDE: u8 = 6;
+/// A `PUT` that carries what older records cannot: attributes and a fenced attempt
+/// number. Always with u32 lengths. Used only when a job has either, so every other put
+/// keeps the bytes it always had.
+const PUT_EXT: u8 = 7;
+/// A job's end with an outcome (status, result, error, exit code, signal).
+const END: u8 = 8;
+/// A leased job's fenced attempt number.
+const ATTEMPT: u8 = 9;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -28,6 +36,7 @@ pub enum DecodeError {
     Truncated,
     UnknownType(u8),
     BadState(u8),
+    BadStatus(u8),
     TrailingBytes,
 }
 
@@ -37,6 +46,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::Truncated => write!(f, "record is shorter than its fields"),
             DecodeError::UnknownType(t) => write!(f, "unknown record type {t}"),
             DecodeError::BadState(s) => write!(f, "unknown job state {s}"),
+            DecodeError::BadStatus(s) => write!(f, "unknown end status {s}"),
             DecodeError::TrailingBytes => write!(f, "bytes left over after the record"),
         }
     }
@@ -65,6 +75,8 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             created,
             state,
             unique,
+            attrs,
+            attempt,
             body,
         } => {
             // Lengths used to be written `as u16` unconditionally: a queue name longer than
@@ -73,11 +85,19 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             // whose checksum was right but whose fields could not be read back, so the
             // next start failed with "corrupt record" (or, as the last record, silently
             // dropped the job as a torn tail). Such puts now use the wide record.
-            let wide = queue.len() > u16::MAX as usize
+            let ext = attrs.is_some() || *attempt > 0;
+            let wide = ext
+                || queue.len() > u16::MAX as usize
                 || unique
                     .as_ref()
                     .is_some_and(|k| k.len() >= NO_UNIQUE as usize);
-            out.put_u8(if wide { PUT_WIDE } else { PUT });
+            out.put_u8(if ext {
+                PUT_EXT
+            } else if wide {
+                PUT_WIDE
+            } else {
+                PUT
+            });
             out.put_u64_le(*id);
             out.put_u32_le(*pri);
             out.put_u32_le(*ttr);
@@ -106,12 +126,34 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             if let Some(key) = unique {
                 out.extend_from_slice(key);
             }
+            if ext {
+                out.put_u32_le(*attempt);
+                put_opt_bytes(out, attrs.as_deref());
+            }
             out.put_u32_le(body.len() as u32);
             out.extend_from_slice(body);
         }
         Change::Delete { id } => {
             out.put_u8(DELETE);
             out.put_u64_le(*id);
+        }
+        Change::End { id, end } => {
+            out.put_u8(END);
+            out.put_u64_le(*id);
+            out.put_u8(match end.status {
+                EndStatus::Deleted => 0,
+                EndStatus::Ok => 1,
+                EndStatus::Failed => 2,
+            });
+            put_opt_i32(out, end.exit_code);
+            put_opt_i32(out, end.signal);
+            put_opt_bytes(out, Some(&end.result));
+            put_opt_bytes(out, end.error.as_deref());
+        }
+        Change::Attempt { id, attempt } => {
+            out.put_u8(ATTEMPT);
+            out.put_u64_le(*id);
+            out.put_u32_le(*attempt);
         }
         Change::Release { id, pri, ready_at } => {
             out.put_u8(RELEASE);
@@ -128,6 +170,28 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             out.put_u8(KICK);
             out.put_u64_le(*id);
         }
+    }
+}
+
+/// Optional bytes: a u32 length (`u32::MAX` = none), then the bytes.
+fn put_opt_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(b) => {
+            out.put_u32_le(b.len() as u32);
+            out.extend_from_slice(b);
+        }
+        None => out.put_u32_le(NO_UNIQUE_WIDE),
+    }
+}
+
+/// An optional i32: a presence byte, then the value if present.
+fn put_opt_i32(out: &mut Vec<u8>, v: Option<i32>) {
+    match v {
+        Some(v) => {
+            out.put_u8(1);
+            out.put_i32_le(v);
+        }
+        None => out.put_u8(0),
     }
 }
 
@@ -163,14 +227,27 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
+    fn opt_bytes(&mut self) -> Result<Option<&'a [u8]>, DecodeError> {
+        match self.u32()? {
+            NO_UNIQUE_WIDE => Ok(None),
+            len => self.take(len as usize).map(Some),
+        }
+    }
+    fn opt_i32(&mut self) -> Result<Option<i32>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            _ => Ok(Some(self.u32()? as i32)),
+        }
+    }
 }
 
 /// Decodes one payload (without its frame header).
 pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
     let mut r = Reader { buf: payload };
     let change = match r.u8()? {
-        kind @ (PUT | PUT_WIDE) => {
-            let wide = kind == PUT_WIDE;
+        kind @ (PUT | PUT_WIDE | PUT_EXT) => {
+            let ext = kind == PUT_EXT;
+            let wide = kind != PUT;
             let id = r.u64()?;
             let pri = r.u32()?;
             let ttr = r.u32()?;
@@ -196,6 +273,11 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
                 Some(r.u16()? as u32).filter(|&l| l != NO_UNIQUE as u32)
             };
             let unique = ulen.map(|l| r.take(l as usize)).transpose()?;
+            let (attempt, attrs) = if ext {
+                (r.u32()?, r.opt_bytes()?)
+            } else {
+                (0, None)
+            };
             let blen = r.u32()? as usize;
             let body = r.take(blen)?;
             // Copy only once every field is known to be there: recovery tries to decode at
@@ -213,10 +295,42 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
                 created,
                 state,
                 unique: unique.map(Bytes::copy_from_slice),
+                attrs: attrs.map(Bytes::copy_from_slice),
+                attempt,
                 body: Bytes::copy_from_slice(body),
             }
         }
         DELETE => Change::Delete { id: r.u64()? },
+        END => {
+            let id = r.u64()?;
+            let status = match r.u8()? {
+                0 => EndStatus::Deleted,
+                1 => EndStatus::Ok,
+                2 => EndStatus::Failed,
+                other => return Err(DecodeError::BadStatus(other)),
+            };
+            let exit_code = r.opt_i32()?;
+            let signal = r.opt_i32()?;
+            let result = r.opt_bytes()?.unwrap_or_default();
+            let error = r.opt_bytes()?;
+            if !r.buf.is_empty() {
+                return Err(DecodeError::TrailingBytes);
+            }
+            Change::End {
+                id,
+                end: JobEnd {
+                    status,
+                    result: Bytes::copy_from_slice(result),
+                    error: error.map(Bytes::copy_from_slice),
+                    exit_code,
+                    signal,
+                },
+            }
+        }
+        ATTEMPT => Change::Attempt {
+            id: r.u64()?,
+            attempt: r.u32()?,
+        },
         RELEASE => Change::Release {
             id: r.u64()?,
             pri: r.u32()?,
@@ -281,6 +395,8 @@ mod tests {
                 created: 1_700_000_000_000,
                 state: PutState::Delayed(1_700_000_005_000),
                 unique: Some(Bytes::from_static(b"order-17")),
+                attrs: None,
+                attempt: 0,
                 body: Bytes::from_static(b"hello\r\nworld\0"),
             },
             Change::Put {
@@ -292,6 +408,8 @@ mod tests {
                 created: 1,
                 state: PutState::Buried,
                 unique: None,
+                attrs: None,
+                attempt: 0,
                 body: Bytes::new(),
             },
             Change::Delete { id: u64::MAX },
@@ -312,6 +430,8 @@ mod tests {
                 created: 2,
                 state: PutState::Ready,
                 unique: Some(Bytes::from(vec![b'u'; 65_535])),
+                attrs: None,
+                attempt: 0,
                 body: Bytes::from_static(b"wide"),
             },
             Change::Put {
@@ -323,9 +443,70 @@ mod tests {
                 created: 2,
                 state: PutState::Buried,
                 unique: None,
+                attrs: None,
+                attempt: 0,
                 body: Bytes::new(),
             },
+            Change::Put {
+                id: 11,
+                queue: Bytes::from_static(b"flow:stage"),
+                pri: 1,
+                ttr: 30,
+                delay: 0,
+                created: 3,
+                state: PutState::Ready,
+                unique: None,
+                attrs: Some(Bytes::from_static(b"{\"row\":1}")),
+                attempt: 4,
+                body: Bytes::from_static(b"ext"),
+            },
+            Change::End {
+                id: 12,
+                end: JobEnd {
+                    status: EndStatus::Failed,
+                    result: Bytes::from_static(b"out"),
+                    error: Some(Bytes::from_static(b"err")),
+                    exit_code: Some(-1),
+                    signal: Some(9),
+                },
+            },
+            Change::End {
+                id: 13,
+                end: JobEnd::ok(Bytes::new()),
+            },
+            Change::Attempt { id: 14, attempt: 7 },
         ]
+    }
+
+    /// Records as the first release of the log format wrote them: a later version must
+    /// read them back unchanged (no silent format drift).
+    #[test]
+    fn records_of_the_first_format_still_decode() {
+        let put: &[u8] = &[
+            1, 7, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 60, 0, 0, 0, 5, 0, 0, 0, 0, 104, 229, 207, 139,
+            1, 0, 0, 1, 136, 123, 229, 207, 139, 1, 0, 0, 6, 0, 101, 109, 97, 105, 108, 115, 8, 0,
+            111, 114, 100, 101, 114, 45, 49, 55, 2, 0, 0, 0, 104, 105,
+        ];
+        match decode_change(put).unwrap() {
+            Change::Put {
+                id,
+                queue,
+                unique,
+                attrs,
+                attempt,
+                body,
+                ..
+            } => {
+                assert_eq!(id, 7);
+                assert_eq!(&queue[..], b"emails");
+                assert_eq!(unique.as_deref(), Some(&b"order-17"[..]));
+                assert_eq!((attrs, attempt), (None, 0));
+                assert_eq!(&body[..], b"hi");
+            }
+            other => panic!("{other:?}"),
+        }
+        let delete: &[u8] = &[2, 42, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(decode_change(delete).unwrap(), Change::Delete { id: 42 });
     }
 
     #[test]
@@ -341,6 +522,8 @@ mod tests {
                 created: 0,
                 state: PutState::Ready,
                 unique: ulen.map(|n| Bytes::from(vec![b'u'; n])),
+                attrs: None,
+                attempt: 0,
                 body: Bytes::new(),
             };
             encode_change(&change, &mut buf);

@@ -227,6 +227,8 @@ fn simple_put(id: JobId, body: &str) -> Change {
         created: T0,
         state: jobyard_engine::PutState::Ready,
         unique: None,
+        attrs: None,
+        attempt: 0,
         body: Bytes::copy_from_slice(body.as_bytes()),
     }
 }
@@ -980,6 +982,8 @@ fn long_queue_names_and_unique_keys_survive_a_restart() {
             created: T0,
             state: jobyard_engine::PutState::Ready,
             unique: Some(Bytes::from(vec![b'u'; n])),
+            attrs: None,
+            attempt: 0,
             body: Bytes::from_static(b"b"),
         });
     }
@@ -992,6 +996,8 @@ fn long_queue_names_and_unique_keys_survive_a_restart() {
         created: T0,
         state: jobyard_engine::PutState::Buried,
         unique: None,
+        attrs: None,
+        attempt: 0,
         body: Bytes::from_static(b"b"),
     });
     for change in &changes {

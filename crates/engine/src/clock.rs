@@ -1,0 +1,57 @@
+//! Time: what happens when a delay, lease, pause or wait runs out.
+
+use crate::notice::{Notice, NoticeKind};
+use crate::timers::Timer;
+use crate::{ConnId, Engine, JobId, Millis};
+
+impl Engine {
+    /// When [`Engine::tick`] next has work to do.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.timers.next()
+    }
+
+    /// Does everything that was due at or before `now`: delayed jobs become ready, leases
+    /// end, pauses end, waits time out.
+    pub fn tick(&mut self, now: Millis) {
+        self.saw(now);
+        while let Some((_, timer)) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Delay(id) => {
+                    self.leave_state(id);
+                    self.enter_ready(id);
+                }
+                Timer::Lease(id) => self.expire_lease(id),
+                Timer::Unpause(q) => {
+                    let queue = self.queue_mut(q);
+                    queue.paused_until = 0;
+                    queue.pause_secs = 0;
+                    self.to_serve.push(q);
+                    self.drop_queue_if_unreferenced(q);
+                }
+                Timer::WaitTimeout(conn) => self.end_wait(conn, NoticeKind::TimedOut),
+                Timer::DeadlineSoon(conn) => self.end_wait(conn, NoticeKind::DeadlineSoon),
+            }
+            self.serve_waiters(now);
+        }
+    }
+
+    fn end_wait(&mut self, conn: ConnId, kind: NoticeKind) {
+        if self.cancel_wait(conn) {
+            self.notices.push(Notice { conn, kind });
+        }
+    }
+
+    fn expire_lease(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("leased job exists");
+        job.timeouts += 1;
+        let (owner, q) = (job.owner, job.queue);
+        self.leave_state(id);
+        self.enter_ready(id);
+        self.job_timeouts += 1;
+        self.queue_mut(q).total_timeouts += 1;
+        self.notices.push(Notice {
+            conn: owner,
+            kind: NoticeKind::LeaseExpired(id),
+        });
+    }
+}

@@ -1,0 +1,254 @@
+//! Creating jobs and reading them: puts, unique keys, attributes, peeks.
+
+use bytes::Bytes;
+
+use crate::change::{Change, PutState};
+use crate::job::{Job, JobState};
+use crate::queue::QueueId;
+use crate::{Engine, JobId, Millis};
+
+/// Log bytes a durable job costs besides its body and queue name: an estimate used only to
+/// decide when compaction pays off.
+const RECORD_OVERHEAD: u64 = 56;
+
+/// Everything a new job is made of; [`Engine::put_job`] takes it.
+#[derive(Clone, Debug, Default)]
+pub struct NewJob {
+    pub queue: QueueId,
+    pub pri: u32,
+    /// Lease length in seconds for [`crate::Lease::JobTtr`] reservations.
+    pub ttr: u32,
+    /// Not handed out before this wall-clock time (0 or past = ready now).
+    pub ready_at: Millis,
+    /// Seconds of delay to report in stats.
+    pub delay: u32,
+    pub body: Bytes,
+    /// Optional key that no other live job of the queue may have.
+    pub unique: Option<Bytes>,
+    /// Whether the job is written to the log (and so survives a restart).
+    pub durable: bool,
+    /// What a front end wants kept with the job besides its body (a jobd row id, a flow
+    /// job's routing, ...): opaque to the engine, logged with the put, dropped at the end.
+    pub attrs: Option<Bytes>,
+}
+
+/// The result of [`Engine::put`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutOutcome {
+    pub id: JobId,
+}
+
+impl Engine {
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id).map(|job| &**job)
+    }
+
+    /// Every live job, in no particular order. For admin listings that must cover all
+    /// queues at once (Gearman's `show jobs`, `prioritystatus`).
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.jobs.values().map(|job| &**job)
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The id the next job will get.
+    pub fn next_id(&self) -> JobId {
+        self.next_id
+    }
+
+    /// Estimated bytes the durable jobs would take in a fresh log.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Creates a job. A delay of zero makes it ready at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put(
+        &mut self,
+        q: QueueId,
+        pri: u32,
+        delay_secs: u32,
+        ttr: u32,
+        body: Bytes,
+        durable: bool,
+        now: Millis,
+    ) -> PutOutcome {
+        let ready_at = if delay_secs > 0 {
+            now + delay_secs as Millis * 1000
+        } else {
+            0
+        };
+        self.put_job(
+            NewJob {
+                queue: q,
+                pri,
+                ttr,
+                ready_at,
+                delay: delay_secs,
+                body,
+                unique: None,
+                durable,
+                attrs: None,
+            },
+            now,
+        )
+    }
+
+    /// Creates a job from its full description. The caller checks uniqueness first with
+    /// [`Engine::find_unique`]; a key already in use is taken over by the new job.
+    pub fn put_job(&mut self, job: NewJob, now: Millis) -> PutOutcome {
+        self.saw(now);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.total_jobs += 1;
+        let state = if job.ready_at > now {
+            PutState::Delayed(job.ready_at)
+        } else {
+            PutState::Ready
+        };
+        let q = job.queue;
+        // A durable job keeps an exact-size copy and the record takes the caller's buffer
+        // (freed once written); a job that is not logged takes the buffer itself.
+        let (body, record_body): (Box<[u8]>, _) = if job.durable {
+            (Box::from(&job.body[..]), Some(job.body))
+        } else {
+            (Vec::from(job.body).into_boxed_slice(), None)
+        };
+        if let Some(record_body) = record_body {
+            self.changes.push(Change::Put {
+                id,
+                queue: self.queue(q).name.clone(),
+                pri: job.pri,
+                ttr: job.ttr,
+                delay: job.delay,
+                created: now,
+                state,
+                unique: job.unique.clone(),
+                attrs: job.attrs.clone(),
+                attempt: 0,
+                body: record_body,
+            });
+        }
+        self.insert_job(
+            id,
+            q,
+            job.pri,
+            job.ttr,
+            job.delay,
+            now,
+            state,
+            body,
+            job.durable,
+        );
+        if let Some(key) = job.unique {
+            self.set_unique(id, q, key);
+        }
+        if let Some(attrs) = job.attrs {
+            self.attrs.insert(id, attrs);
+        }
+        self.queue_mut(q).total_jobs += 1;
+        self.serve_waiters(now);
+        PutOutcome { id }
+    }
+
+    /// A job's attributes, if it was put with some.
+    pub fn attrs_of(&self, id: JobId) -> Option<&Bytes> {
+        self.attrs.get(&id)
+    }
+
+    pub(crate) fn set_unique(&mut self, id: JobId, q: QueueId, key: Bytes) {
+        if let Some(old) = self.by_unique.insert((q, key.clone()), id) {
+            self.unique_of.remove(&old);
+        }
+        self.unique_of.insert(id, key);
+    }
+
+    /// The live job of this queue that has this unique key.
+    pub fn find_unique(&self, q: QueueId, key: &[u8]) -> Option<JobId> {
+        self.by_unique
+            .get(&(q, Bytes::copy_from_slice(key)))
+            .copied()
+    }
+
+    /// A job's unique key, if it has one.
+    pub fn unique_of(&self, id: JobId) -> Option<&Bytes> {
+        self.unique_of.get(&id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn insert_job(
+        &mut self,
+        id: JobId,
+        q: QueueId,
+        pri: u32,
+        ttr: u32,
+        delay: u32,
+        created: Millis,
+        state: PutState,
+        body: Box<[u8]>,
+        durable: bool,
+    ) {
+        if durable {
+            self.live_bytes += self.record_cost(q, &body);
+        }
+        let job = Job {
+            id,
+            queue: q,
+            pri,
+            ttr,
+            delay,
+            state: JobState::Ready,
+            due: 0,
+            owner: 0,
+            created,
+            durable,
+            reserves: 0,
+            timeouts: 0,
+            releases: 0,
+            buries: 0,
+            kicks: 0,
+            body,
+        };
+        self.jobs.insert(id, Box::new(job));
+        match state {
+            PutState::Ready => self.enter_ready(id),
+            PutState::Delayed(at) => self.enter_delayed(id, at),
+            PutState::Buried => self.enter_buried(id),
+        }
+    }
+
+    pub(crate) fn record_cost(&self, q: QueueId, body: &[u8]) -> u64 {
+        body.len() as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
+    }
+
+    /// The next job a reserve on this queue would get (pause ignored).
+    pub fn peek_ready(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).ready.first().map(|(_, id)| &*self.jobs[id])
+    }
+    /// The delayed job of this queue that becomes ready soonest.
+    pub fn peek_delayed(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).delayed.first().map(|(_, id)| &*self.jobs[id])
+    }
+    /// The job of this queue that was buried longest ago.
+    pub fn peek_buried(&self, q: QueueId) -> Option<&Job> {
+        self.queue(q).buried.first().map(|(_, id)| &*self.jobs[id])
+    }
+
+    /// Whole seconds until a delayed job is ready or a lease ends (0 otherwise).
+    pub fn time_left_secs(&self, job: &Job, now: Millis) -> u64 {
+        match job.state {
+            JobState::Delayed | JobState::Reserved => whole_secs_left(job.due, now),
+            _ => 0,
+        }
+    }
+}
+
+/// Whole seconds left until `due`, counted as beanstalkd counts them: its clock has
+/// nanoseconds, so by the time anyone asks some time has always passed, and a 10 s lease
+/// asked about at once has 9 whole seconds left. Milliseconds cannot see that time, so the
+/// millisecond in progress counts as passed.
+pub(crate) fn whole_secs_left(due: Millis, now: Millis) -> u64 {
+    due.saturating_sub(now).saturating_sub(1) / 1000
+}
