@@ -57,6 +57,13 @@ pub struct Decoder {
     max_job_size: u32,
 }
 
+impl jobyard_net::Decode for Decoder {
+    type Request = Request;
+    fn decode(&mut self, buf: &mut BytesMut) -> Option<Request> {
+        Decoder::decode(self, buf)
+    }
+}
+
 impl Decoder {
     pub fn new(max_job_size: u32) -> Self {
         Decoder {

@@ -4,9 +4,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use jobyard_broker::Lsn;
 use jobyard_broker::{Broker, Txn};
-use jobyard_engine::{ConnId, Job, JobState, Lease, QueueId, ReserveOutcome, WaitMode};
+use jobyard_engine::{ConnId, Job, JobState, Lease, NoticeKind, QueueId, ReserveOutcome, WaitMode};
+use jobyard_net::Step;
 
 use crate::command::Command;
 use crate::decode::Request;
@@ -14,15 +14,7 @@ use crate::stats::{job_yaml, list_yaml, tube_yaml, Counted, LogStats};
 use crate::Server;
 
 /// What the connection loop must do after a command.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The reply is in the output buffer; it may go out once the log reaches this position.
-    Done(Lsn),
-    /// The command is a blocking reserve: wait for the connection's mailbox.
-    Wait,
-    /// Close the connection.
-    Quit,
-}
+type Outcome = Step;
 
 /// The tubes a connection uses and watches, and what it has done so far.
 pub struct Session {
@@ -35,6 +27,8 @@ pub struct Session {
     worker: bool,
     /// When the blocking reserve in progress gives up (`None`: never).
     wait_until: Option<u64>,
+    /// Whether a blocking reserve is in progress.
+    waiting: bool,
 }
 
 impl Session {
@@ -53,13 +47,14 @@ impl Session {
             producer: false,
             worker: false,
             wait_until: None,
+            waiting: false,
         }
     }
 
-    /// Ends the session: held jobs go back to ready, tube references are dropped.
-    pub fn close(self) {
+    /// Ends the session: tube references are dropped (the connection layer then forgets
+    /// the connection in the broker, which makes its jobs ready again).
+    fn end(self) {
         let broker = &self.server.broker;
-        broker.disconnect(self.conn);
         let mut txn = broker.lock();
         txn.remove_producer(self.using);
         for &q in &self.watching {
@@ -76,7 +71,7 @@ impl Session {
     }
 
     fn count(&self, c: Counted) {
-        self.server.stats.count(c);
+        self.server.metrics.count(c as usize);
     }
 
     fn became_worker(&mut self) {
@@ -90,7 +85,7 @@ impl Session {
     }
 
     /// Runs one request and writes its reply (unless it must wait) into `out`.
-    pub fn execute(&mut self, req: Request, out: &mut BytesMut) -> Outcome {
+    fn run(&mut self, req: Request, out: &mut BytesMut) -> Outcome {
         match req {
             Request::Command(c) => self.command(c, out),
             Request::Put {
@@ -173,7 +168,10 @@ impl Session {
                 self.wait_until = timeout.map(|t| now + t);
                 match self.try_reserve(&mut txn, timeout, now, out) {
                     Some(reply) => reply,
-                    None => return Outcome::Wait,
+                    None => {
+                        self.waiting = true;
+                        return Outcome::Wait;
+                    }
                 }
             }
             Command::ReserveJob(id) => {
@@ -256,7 +254,8 @@ impl Session {
                 self.count(Counted::Stats);
                 let y = self.server.stats.server_yaml(
                     &txn,
-                    self.server.max_job_size,
+                    &self.server.metrics,
+                    self.server.config.max_job_size,
                     self.log_stats(),
                     server.broker.draining(),
                 );
@@ -287,7 +286,7 @@ impl Session {
                     None => b"NOT_FOUND\r\n",
                 }
             }
-            Command::Quit => return Outcome::Quit,
+            Command::Quit => return Outcome::Close,
         };
         out.put_slice(reply);
         Outcome::Done(txn.commit())
@@ -344,10 +343,10 @@ impl Session {
                 oldest_index: log.oldest_segment(),
                 current_index: log.current_segment(),
                 records_written: log.records_written(),
-                max_size: self.server.segment_bytes,
+                max_size: self.server.config.segment_bytes,
             },
             None => LogStats {
-                max_size: self.server.segment_bytes,
+                max_size: self.server.config.segment_bytes,
                 ..LogStats::default()
             },
         }
@@ -355,7 +354,7 @@ impl Session {
 
     /// Finishes a blocking reserve that the engine served with `id`. Returns false if the
     /// job is no longer this connection's (it then must reserve again).
-    pub fn deliver(&self, id: u64, out: &mut BytesMut) -> bool {
+    fn deliver(&self, id: u64, out: &mut BytesMut) -> bool {
         let txn = self.server.broker.lock();
         match txn.job(id) {
             Some(job) if job.state == JobState::Reserved && job.owner == self.conn => {
@@ -368,7 +367,7 @@ impl Session {
 
     /// Retries a blocking reserve whose delivered job was lost in between (its lease ran
     /// out first), keeping what is left of the original timeout and counting nothing again.
-    pub fn reserve_again(&mut self, out: &mut BytesMut) -> Outcome {
+    fn reserve_again(&mut self, out: &mut BytesMut) -> Outcome {
         let now = Broker::now();
         let timeout = self.wait_until.map(|at| at.saturating_sub(now));
         let mut txn = self.server.broker.lock();
@@ -381,10 +380,67 @@ impl Session {
         }
     }
 
-    /// Ends a blocking reserve because the client half-closed. Returns true if nothing had
-    /// been delivered meanwhile.
-    pub fn cancel_wait(&self) -> bool {
-        self.server.broker.lock().cancel_wait(self.conn)
+    /// Ends a blocking reserve (the client half-closed, or the server stops).
+    fn cancel_wait(&mut self) {
+        self.waiting = false;
+        self.server.broker.lock().cancel_wait(self.conn);
+    }
+
+    /// What a notice means while a blocking reserve waits for it.
+    fn answer_wait(&mut self, notice: NoticeKind, out: &mut BytesMut) -> Outcome {
+        match notice {
+            NoticeKind::Reserved(id) => {
+                if self.deliver(id, out) {
+                    return Outcome::Done(0);
+                }
+                self.reserve_again(out)
+            }
+            NoticeKind::TimedOut => {
+                out.put_slice(b"TIMED_OUT\r\n");
+                Outcome::Done(0)
+            }
+            NoticeKind::DeadlineSoon => {
+                out.put_slice(b"DEADLINE_SOON\r\n");
+                Outcome::Done(0)
+            }
+            NoticeKind::Wake
+            | NoticeKind::LeaseExpired(_)
+            | NoticeKind::Ended(..)
+            | NoticeKind::Update(..) => Outcome::Wait,
+        }
+    }
+}
+
+impl jobyard_net::Session for Session {
+    type Request = Request;
+
+    fn execute(&mut self, req: Request, out: &mut BytesMut) -> Step {
+        self.run(req, out)
+    }
+
+    fn notice(&mut self, notice: NoticeKind, out: &mut BytesMut) -> Step {
+        if !self.waiting {
+            // Lease-expiry notices matter only to a blocked reserve.
+            return Step::Done(0);
+        }
+        let step = self.answer_wait(notice, out);
+        self.waiting = step == Step::Wait;
+        step
+    }
+
+    fn half_closed(&mut self, out: &mut BytesMut) {
+        // As beanstalkd: a client that half-closes while blocked gets TIMED_OUT.
+        self.cancel_wait();
+        out.put_slice(b"TIMED_OUT\r\n");
+    }
+
+    fn stop_waiting(&mut self) {
+        // Close without a reply; a job served meanwhile is made ready by the disconnect.
+        self.cancel_wait();
+    }
+
+    fn close(self) {
+        self.end();
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use jobyard_broker::ProtocolMetrics;
 use jobyard_engine::{Engine, Job, Millis, QueueId};
 
 /// The commands beanstalkd counts, in `stats` order.
@@ -33,7 +34,8 @@ pub enum Counted {
     PauseTube,
 }
 
-const COUNTED_NAMES: [&str; 22] = [
+/// The names of the [`Counted`] commands, as `stats` shows them and in its order.
+pub const COUNTED_NAMES: [&str; 22] = [
     "cmd-put",
     "cmd-peek",
     "cmd-peek-ready",
@@ -58,12 +60,11 @@ const COUNTED_NAMES: [&str; 22] = [
     "cmd-pause-tube",
 ];
 
-/// Counters shared by every beanstalkd connection.
+/// What beanstalkd's `stats` shows that the broker's registry does not keep: gauges of
+/// producers and workers (beanstalkd's own notions) and the server's identity. Command and
+/// connection counters live in the registry ([`jobyard_broker::ProtocolMetrics`]).
 #[derive(Debug)]
 pub struct Stats {
-    commands: [AtomicU64; 22],
-    pub total_connections: AtomicU64,
-    pub current_connections: AtomicU64,
     pub current_producers: AtomicU64,
     pub current_workers: AtomicU64,
     started: Instant,
@@ -92,9 +93,6 @@ impl Stats {
     pub fn new() -> Self {
         let (hostname, os, platform) = uname();
         Stats {
-            commands: Default::default(),
-            total_connections: AtomicU64::new(0),
-            current_connections: AtomicU64::new(0),
             current_producers: AtomicU64::new(0),
             current_workers: AtomicU64::new(0),
             started: Instant::now(),
@@ -105,14 +103,11 @@ impl Stats {
         }
     }
 
-    pub fn count(&self, c: Counted) {
-        self.commands[c as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The `stats` YAML (51 keys in beanstalkd 1.12's order).
+    /// The `stats` YAML (51 keys in beanstalkd 1.12's order, then jobyard's own version).
     pub fn server_yaml(
         &self,
         engine: &Engine,
+        metrics: &ProtocolMetrics,
         max_job_size: u32,
         log: LogStats,
         draining: bool,
@@ -129,21 +124,22 @@ impl Stats {
         kv("current-jobs-reserved", &c.reserved);
         kv("current-jobs-delayed", &c.delayed);
         kv("current-jobs-buried", &c.buried);
-        for (name, n) in COUNTED_NAMES.iter().zip(&self.commands) {
-            kv(name, &load(n));
+        for (name, n) in metrics.commands() {
+            kv(name, &n);
         }
         let (utime, stime) = rusage();
         kv("job-timeouts", &engine.job_timeouts);
         kv("total-jobs", &engine.total_jobs);
         kv("max-job-size", &max_job_size);
         kv("current-tubes", &engine.queue_count());
-        kv("current-connections", &load(&self.current_connections));
+        kv("current-connections", &load(&metrics.connections));
         kv("current-producers", &load(&self.current_producers));
         kv("current-workers", &load(&self.current_workers));
         kv("current-waiting", &engine.waiting_count());
-        kv("total-connections", &load(&self.total_connections));
+        kv("total-connections", &load(&metrics.connections_total));
         kv("pid", &std::process::id());
-        kv("version", &format!("\"{}\"", env!("CARGO_PKG_VERSION")));
+        // The protocol version, which clients compare; jobyard's own is the last key.
+        kv("version", &format!("\"{}\"", crate::PROTOCOL_VERSION));
         kv("rusage-utime", &utime);
         kv("rusage-stime", &stime);
         kv("uptime", &self.started.elapsed().as_secs());
@@ -157,6 +153,10 @@ impl Stats {
         kv("hostname", &self.hostname);
         kv("os", &self.os);
         kv("platform", &self.platform);
+        kv(
+            "jobyard-version",
+            &format!("\"{}\"", env!("CARGO_PKG_VERSION")),
+        );
         y
     }
 }

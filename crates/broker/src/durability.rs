@@ -60,6 +60,11 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
         let Some((feed, order, live)) = started else {
             continue;
         };
+        broker
+            .metrics()
+            .compaction
+            .runs
+            .fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             "compacting the log: {disk} bytes on disk for ~{live} live bytes ({} jobs)",
             order.len()
@@ -71,7 +76,7 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
 
 /// Jobs copied per turn of the engine lock: small enough that commands waiting for the
 /// lock are held up for well under a millisecond, large enough to keep the copy cheap.
-const SNAPSHOT_CHUNK: usize = 512;
+pub(crate) const SNAPSHOT_CHUNK: usize = 512;
 /// Pause between chunks, in which connections get the lock.
 const SNAPSHOT_PAUSE: Duration = Duration::from_millis(1);
 
@@ -83,7 +88,12 @@ fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[
         if broker.stopping.load(Ordering::Acquire) {
             return; // dropping the feed abandons the snapshot
         }
+        let started = std::time::Instant::now();
         let jobs = broker.lock().snapshot_of(chunk);
+        let us = started.elapsed().as_micros() as u64;
+        let m = &broker.metrics().compaction;
+        m.max_pause_us.fetch_max(us, Ordering::Relaxed);
+        m.pause_us_total.fetch_add(us, Ordering::Relaxed);
         if !feed.send(jobs) {
             return;
         }

@@ -8,10 +8,14 @@
 //! while many connections share one write and one fsync.
 //!
 //! The broker also runs the engine's clock (leases, delays, pauses and reserve timeouts
-//! fire on time whether or not any client speaks) and compacts the log when it has grown
-//! well past the live data.
+//! fire on time whether or not any client speaks), compacts the log when it has grown
+//! well past the live data, opens storage ([`Broker::open`]) and keeps the server's one
+//! metrics registry ([`Broker::metrics`]).
 
 mod durability;
+mod mailbox;
+pub mod metrics;
+mod open;
 mod timers;
 
 use std::collections::HashMap;
@@ -21,20 +25,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use jobyard_engine::{ConnId, Engine, Millis, NoticeKind};
-use jobyard_storage::Log;
-use tokio::sync::{mpsc, Notify};
+use jobyard_engine::{ConnId, Engine, Job, JobId, Millis};
+use jobyard_storage::{DirLock, Log};
+use tokio::sync::Notify;
 
 pub use durability::Compaction;
 pub use jobyard_storage::Lsn;
-
-/// Where notices for one connection arrive.
-pub type Mailbox = mpsc::UnboundedReceiver<NoticeKind>;
+pub use mailbox::{Mailbox, MAILBOX_CAP};
+pub use metrics::{Metrics, ProtocolMetrics};
+pub use open::{OpenError, StorageOptions};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.
 struct Core {
     engine: Engine,
-    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<NoticeKind>>,
+    mailboxes: HashMap<ConnId, mailbox::Sender>,
 }
 
 /// The shared live engine. Cheap to clone through an `Arc`.
@@ -52,6 +56,9 @@ pub struct Broker {
     /// segments, so nothing is lost) rather than making the shutdown wait for it.
     stopping: AtomicBool,
     compaction: Compaction,
+    metrics: Metrics,
+    /// Held for as long as the broker lives: one server per data directory.
+    dir_lock: Mutex<Option<DirLock>>,
 }
 
 impl Broker {
@@ -81,7 +88,24 @@ impl Broker {
             draining: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             compaction,
+            metrics: Metrics::default(),
+            dir_lock: Mutex::new(None),
         })
+    }
+
+    /// A broker with no storage: jobs live in memory only.
+    pub fn in_memory() -> Arc<Broker> {
+        Broker::new(
+            Engine::new(),
+            None,
+            Arc::new(Notify::new()),
+            Compaction::default(),
+        )
+    }
+
+    /// The server's metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Current wall-clock time in the engine's unit.
@@ -101,12 +125,27 @@ impl Broker {
         }
     }
 
-    /// Registers a new connection; notices for it arrive in the returned mailbox.
+    /// Registers a new session (a connection, or a worker token of a front end whose
+    /// peers are not connections); notices for it arrive in the returned mailbox.
     pub fn connect(&self) -> (ConnId, Mailbox) {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mailbox::channel();
         self.lock().core.mailboxes.insert(conn, tx);
         (conn, rx)
+    }
+
+    /// Reads jobs a chunk at a time, taking the engine lock once per chunk, so an admin
+    /// command that walks a million jobs never holds every connection up for the whole walk
+    /// (as the snapshot copy does). Jobs gone by the time their chunk is read are skipped.
+    pub fn for_each_job(&self, ids: &[JobId], mut f: impl FnMut(&Engine, &Job)) {
+        for chunk in ids.chunks(durability::SNAPSHOT_CHUNK) {
+            let txn = self.lock();
+            for id in chunk {
+                if let Some(job) = txn.job(*id) {
+                    f(&txn, job);
+                }
+            }
+        }
     }
 
     /// Forgets a connection: its wait ends and the jobs it held are ready again.
@@ -197,7 +236,7 @@ impl Txn<'_> {
         }
         for notice in core.engine.take_notices() {
             if let Some(tx) = core.mailboxes.get(&notice.conn) {
-                let _ = tx.send(notice.kind);
+                tx.send(notice.kind);
             }
         }
         if let Some(next) = core.engine.next_deadline() {

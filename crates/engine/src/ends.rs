@@ -154,13 +154,21 @@ impl Engine {
         }
     }
 
-    /// Ends every watch of a session (it went away).
-    pub(crate) fn drop_watches(&mut self, conn: ConnId) {
+    /// Ends every watch of a session and returns the jobs it watched, so a front end can
+    /// decide about jobs nobody waits for any more (Gearman drops abandoned foreground jobs).
+    pub fn stop_watching(&mut self, conn: ConnId) -> Vec<JobId> {
+        let watched = self.drop_watches(conn);
+        self.forget_idle_session(conn);
+        watched
+    }
+
+    /// Ends every watch of a session (it went away); returns the jobs it watched.
+    pub(crate) fn drop_watches(&mut self, conn: ConnId) -> Vec<JobId> {
         let Some(s) = self.sessions.get_mut(&conn) else {
-            return;
+            return Vec::new();
         };
         let watched: Vec<JobId> = s.watching.drain().map(|(id, _)| id).collect();
-        for id in watched {
+        for &id in &watched {
             if let Some(list) = self.watchers.get_mut(&id) {
                 list.retain(|&c| c != conn);
                 if list.is_empty() {
@@ -168,5 +176,6 @@ impl Engine {
                 }
             }
         }
+        watched
     }
 }

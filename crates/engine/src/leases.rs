@@ -176,7 +176,7 @@ impl Engine {
     pub fn disconnect(&mut self, conn: ConnId, now: Millis) {
         self.saw(now);
         self.cancel_wait(conn);
-        self.drop_watches(conn);
+        let _ = self.drop_watches(conn);
         if let Some(session) = self.sessions.remove(&conn) {
             for id in session.reserved {
                 self.leave_state_unowned(id);

@@ -20,6 +20,8 @@ pub enum Admin {
     DropFunction(Bytes),
     GetPid,
     Version,
+    /// jobyard's own version (`version` reports the gearmand version it implements).
+    JobyardVersion,
     Verbose,
     Shutdown {
         graceful: bool,
@@ -79,6 +81,7 @@ pub fn parse(line: &[u8]) -> Admin {
         b"prioritystatus" => Admin::PriorityStatus,
         b"workers" => Admin::Workers,
         b"version" => Admin::Version,
+        b"jobyard-version" => Admin::JobyardVersion,
         b"getpid" => Admin::GetPid,
         b"verbose" => Admin::Verbose,
         b"show" if words.len() == 1 => Admin::Unknown(own(0)),

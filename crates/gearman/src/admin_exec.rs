@@ -7,10 +7,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use jobyard_engine::{JobState, QueueId};
 
 use crate::admin::{parse, unknown_reply, Admin};
+use crate::functions::{ensure_function, level, total_jobs};
 use crate::handle;
-use crate::session::{
-    ensure_function, fail_job, level, shown_unique, total_jobs, Outcome, Session,
-};
+use crate::session::{fail_job, shown_unique, Outcome, Session};
 
 /// Runs one admin line; replies go into `out`.
 pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Outcome {
@@ -20,8 +19,10 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
     match cmd {
         Admin::Reply(text) => out.put_slice(text.as_bytes()),
         Admin::Unknown(word) => out.put_slice(&unknown_reply(&word)),
-        Admin::Version => {
-            out.put_slice(format!("OK 1.1.20 (jobyard {})\n", env!("CARGO_PKG_VERSION")).as_bytes())
+        // One token after OK: tools parse it. jobyard's own version has its own command.
+        Admin::Version => out.put_slice(format!("OK {}\n", crate::PROTOCOL_VERSION).as_bytes()),
+        Admin::JobyardVersion => {
+            out.put_slice(format!("OK {}\n", env!("CARGO_PKG_VERSION")).as_bytes())
         }
         Admin::GetPid => out.put_slice(format!("OK {}\n", std::process::id()).as_bytes()),
         Admin::Verbose => out.put_slice(format!("OK {}\n", cfg.verbose_level).as_bytes()),
@@ -61,12 +62,16 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
             out.put_slice(b".\n");
         }
         Admin::PriorityStatus => {
+            // Counted a chunk at a time, outside one long hold of the engine lock.
+            let ids = server.broker.lock().job_ids();
+            let mut counts: HashMap<QueueId, [u64; 3]> = HashMap::new();
+            server.broker.for_each_job(&ids, |_, job| {
+                if job.state != JobState::Reserved {
+                    counts.entry(job.queue).or_default()[level(job.pri)] += 1;
+                }
+            });
             let txn = server.broker.lock();
             let reg = server.registry();
-            let mut counts: HashMap<QueueId, [u64; 3]> = HashMap::new();
-            for job in txn.jobs().filter(|j| j.state != JobState::Reserved) {
-                counts.entry(job.queue).or_default()[level(job.pri)] += 1;
-            }
             let mut names: Vec<Bytes> = reg.functions.keys().cloned().collect();
             for q in txn.queues() {
                 if !reg.functions.contains_key(&q.name)
@@ -105,11 +110,10 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
             out.put_slice(b".\n");
         }
         Admin::ShowJobs => {
-            let txn = server.broker.lock();
-            let mut jobs: Vec<_> = txn.jobs().collect();
-            jobs.sort_by_key(|j| j.id);
+            let mut ids = server.broker.lock().job_ids();
+            ids.sort_unstable();
             let mut text = String::new();
-            for j in jobs {
+            server.broker.for_each_job(&ids, |_, j| {
                 let running = (j.state == JobState::Reserved) as u32;
                 let retries = j.reserves.saturating_sub(running);
                 let _ = writeln!(
@@ -117,18 +121,17 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
                     "{}:{}\t{retries}\t0\t{}",
                     cfg.handle_prefix, j.id, j.durable as u8
                 );
-            }
+            });
             out.put_slice(text.as_bytes());
             out.put_slice(b".\n");
         }
         Admin::ShowUniqueJobs => {
-            let txn = server.broker.lock();
-            let mut jobs: Vec<_> = txn.jobs().map(|j| j.id).collect();
-            jobs.sort();
-            for id in jobs {
-                out.put_slice(shown_unique(txn.unique_of(id)));
+            let mut ids = server.broker.lock().job_ids();
+            ids.sort_unstable();
+            server.broker.for_each_job(&ids, |engine, j| {
+                out.put_slice(shown_unique(engine.unique_of(j.id)));
                 out.put_u8(b'\n');
-            }
+            });
             out.put_slice(b".\n");
         }
         Admin::MaxQueue(name, limits) => {

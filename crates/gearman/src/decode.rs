@@ -62,6 +62,13 @@ pub struct Decoder {
     dead: bool,
 }
 
+impl jobyard_net::Decode for Decoder {
+    type Request = Frame;
+    fn decode(&mut self, buf: &mut BytesMut) -> Option<Frame> {
+        Decoder::decode(self, buf)
+    }
+}
+
 impl Decoder {
     /// A decoder accepting bodies of up to `max_packet` bytes.
     pub fn new(max_packet: u32) -> Decoder {

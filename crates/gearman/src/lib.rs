@@ -1,28 +1,32 @@
 //! The Gearman protocol (as gearmand 1.1 speaks it) on the jobyard engine.
 //!
-//! Same shape as the beanstalkd adapter: [`decode`] frames bytes (bounded), [`packet`] knows
-//! the packet layouts, [`admin`] parses admin text lines, `session` applies requests to
-//! the engine, `registry` routes results to waiting clients, and `connection` runs the
-//! loop, replying only once the log holds what a reply acknowledges. A Gearman function
-//! is an engine queue, so beanstalkd tubes and Gearman functions of one name are one queue.
+//! A front end of the connection layer ([`jobyard_net`]), shaped like the beanstalkd one:
+//! [`decode`] frames bytes (bounded), [`packet`] knows the packet layouts, [`admin`] parses
+//! admin text lines and `admin_exec` runs them, `session` applies requests to the engine,
+//! `functions` keeps Gearman's function table and `registry` what else Gearman remembers.
+//! A foreground client watches its job in the engine, so its WORK_* packets reach it
+//! however the job ends. A Gearman function is an engine queue, so beanstalkd tubes and
+//! Gearman functions of one name are one queue.
 
 pub mod admin;
 mod admin_exec;
-mod connection;
 pub mod decode;
+mod functions;
 pub mod handle;
 pub mod packet;
 mod registry;
 mod session;
 
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use jobyard_engine::JobId;
-
-use jobyard_broker::Broker;
+use jobyard_broker::{Broker, ProtocolMetrics};
+use jobyard_engine::ConnId;
+use jobyard_net::{Peer, Protocol};
 use tokio::sync::Notify;
 
-pub use connection::handle;
+/// The gearmand version jobyard's admin `version` reports (one token: tools parse it).
+pub const PROTOCOL_VERSION: &str = "1.1.20";
 
 /// Default largest packet body: 64 MiB. gearmand has no limit at all (it allocates
 /// whatever a header claims); one is needed so a bad header cannot exhaust memory.
@@ -82,38 +86,27 @@ impl Default for Config {
     }
 }
 
-/// Runs [`Server::finish_jobs_ended_elsewhere`] once a second while the server lives.
-async fn sweep_jobs_ended_elsewhere(server: std::sync::Weak<Server>) {
-    loop {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        match server.upgrade() {
-            Some(server) => server.finish_jobs_ended_elsewhere(),
-            None => return,
-        }
-    }
-}
-
 /// Shared state of the Gearman listener.
 pub struct Server {
     pub broker: Arc<Broker>,
     pub config: Config,
     registry: Mutex<registry::Registry>,
     shutdown: Arc<Notify>,
+    pub(crate) metrics: Arc<ProtocolMetrics>,
 }
 
 impl Server {
     /// Creates the listener's state. `shutdown` is notified when an allowed admin
     /// `shutdown` command asks the whole server to stop.
-    /// Must be called inside a tokio runtime: it starts the sweep of jobs ended elsewhere.
     pub fn new(broker: Arc<Broker>, config: Config, shutdown: Arc<Notify>) -> Arc<Server> {
-        let server = Arc::new(Server {
+        let metrics = broker.metrics().protocol("gearman", &[]);
+        Arc::new(Server {
             broker,
             config,
             registry: Mutex::new(registry::Registry::default()),
             shutdown,
-        });
-        tokio::spawn(sweep_jobs_ended_elsewhere(Arc::downgrade(&server)));
-        server
+            metrics,
+        })
     }
 
     /// The Gearman-side state. Take the broker lock first if both are needed.
@@ -121,25 +114,70 @@ impl Server {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Answers the clients of jobs that ended without Gearman seeing it (a beanstalkd
-    /// consumer deleted a Gearman job, say) and forgets them. Deleting is how other
-    /// protocols say "done", so the clients get WORK_COMPLETE with an empty result.
-    fn finish_jobs_ended_elsewhere(&self) {
-        let txn = self.broker.lock();
-        let mut registry = self.registry();
-        let gone: Vec<JobId> = registry
-            .jobs
-            .keys()
-            .copied()
-            .filter(|&id| txn.job(id).is_none())
-            .collect();
-        for id in gone {
-            let h = handle::format(&self.config.handle_prefix, id);
-            registry.finish(id, packet::kind::WORK_COMPLETE, &h, &h);
-        }
-    }
-
     pub(crate) fn request_shutdown(&self) {
         self.shutdown.notify_one();
     }
+}
+
+impl Protocol for Server {
+    type Decoder = decode::Decoder;
+    type Session = session::Session;
+
+    fn name(&self) -> &'static str {
+        "gearman"
+    }
+    fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+    fn metrics(&self) -> &Arc<ProtocolMetrics> {
+        &self.metrics
+    }
+    fn decoder(&self) -> decode::Decoder {
+        decode::Decoder::new(self.config.max_packet)
+    }
+    fn open(self: &Arc<Self>, conn: ConnId, peer: &Peer) -> session::Session {
+        session::Session::new(self.clone(), conn, peer.fd, peer.ip().to_string())
+    }
+    fn configure_tcp(&self, stream: &tokio::net::TcpStream) {
+        if let Some(k) = &self.config.keepalive {
+            if let Err(e) = set_keepalive(stream, k) {
+                tracing::debug!("gearman: cannot set keepalive: {e}");
+            }
+        }
+    }
+}
+
+/// SO_KEEPALIVE plus the TCP_KEEP* knobs gearmand's `--keepalive-*` flags set.
+fn set_keepalive(stream: &tokio::net::TcpStream, k: &Keepalive) -> std::io::Result<()> {
+    let fd = stream.as_raw_fd();
+    let set = |level: libc::c_int, name: libc::c_int, value: u32| -> std::io::Result<()> {
+        let v = value.min(i32::MAX as u32) as libc::c_int;
+        // SAFETY: fd is a live socket owned by `stream`; we pass a pointer to a c_int and
+        // its exact size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    if let Some(v) = k.idle_secs {
+        set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, v)?;
+    }
+    if let Some(v) = k.interval_secs {
+        set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, v)?;
+    }
+    if let Some(v) = k.count {
+        set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, v)?;
+    }
+    Ok(())
 }

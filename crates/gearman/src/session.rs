@@ -1,34 +1,29 @@
 //! One Gearman connection's state and the execution of its binary requests.
 //!
 //! Every request runs under the broker lock (then the registry lock), so what it causes on
-//! other connections (forwarded WORK_*, NOOPs) is queued there before its own reply is
-//! written, as in gearmand's single processing thread.
+//! other connections (results for watched jobs, NOOPs) is queued in their mailboxes before
+//! its own reply is written, as in gearmand's single processing thread.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use jobyard_broker::{Broker, Lsn, Txn};
+use jobyard_broker::{Broker, ProtocolMetrics, Txn};
 use jobyard_engine::{
-    ConnId, JobId, JobState, Lease, Millis, NewJob, NoticeKind, QueueId, ReserveOutcome, WaitMode,
+    ConnId, EndStatus, JobEnd, JobId, JobState, JobUpdate, Lease, Millis, NewJob, NoticeKind,
+    QueueId, ReserveOutcome, WaitMode,
 };
-use tokio::sync::mpsc::UnboundedSender;
+use jobyard_net::Step;
 
 use crate::admin::atoi;
 use crate::decode::Frame;
+use crate::functions::{ensure_function, level, total_jobs};
 use crate::packet::{kind, put_error, put_response, request_fields, split_fields};
 use crate::packet::{MAX_HANDLE, MAX_UNIQUE};
-use crate::registry::{ConnInfo, Registry, Tracked};
+use crate::registry::{ConnInfo, Registry};
 use crate::{handle, Server, GEARMAN_JOB_TTR, PRI_HIGH, PRI_LOW, PRI_NORMAL};
 
 /// What the connection loop does after a frame.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Replies are in the buffer; send them once the log reaches this position.
-    Done(Lsn),
-    /// Send what is buffered, then close.
-    Close,
-}
+pub(crate) type Outcome = Step;
 
 /// A function this worker can do, with its CAN_DO_TIMEOUT.
 #[derive(Clone, Debug)]
@@ -58,11 +53,13 @@ struct Submit {
 }
 
 /// The per-connection protocol state.
-pub(crate) struct Session {
+pub struct Session {
     pub conn: ConnId,
     pub(crate) server: Arc<Server>,
     /// Oldest first; grabs walk it newest first, as gearmand does.
     abilities: Vec<Ability>,
+    /// Whether WORK_EXCEPTION is passed on as is (else as WORK_FAIL).
+    exceptions: bool,
 }
 
 /// Prefix of the engine unique key for unique `-`: gearmand then coalesces on the payload.
@@ -96,103 +93,62 @@ pub(crate) fn shown_unique(key: Option<&Bytes>) -> &[u8] {
     }
 }
 
-/// Gearman priority level (0 HIGH, 1 NORMAL, 2 LOW) of an engine priority.
-pub(crate) fn level(pri: u32) -> usize {
-    match pri {
-        p if p < PRI_NORMAL => 0,
-        PRI_LOW => 2,
-        _ => 1,
-    }
-}
-
-/// Jobs in a queue: queued, delayed, buried and running.
-pub(crate) fn total_jobs(txn: &Txn<'_>, q: QueueId) -> usize {
-    let queue = txn.queue(q);
-    queue.ready_len() + queue.delayed_len() + queue.buried_len() + queue.reserved as usize
-}
-
-/// The function's queue, registering (and pinning) it as a Gearman function if new:
-/// functions are never removed implicitly, only by `drop function`.
-pub(crate) fn ensure_function(txn: &mut Txn<'_>, reg: &mut Registry, name: &[u8]) -> QueueId {
-    let q = txn.queue_id_or_create(name);
-    if !reg.functions.contains_key(name) {
-        txn.pin(q);
-        reg.functions
-            .insert(Bytes::copy_from_slice(name), Default::default());
-    }
-    q
-}
-
-/// Ends a job nobody will get a result for, telling waiting clients WORK_FAIL.
+/// Ends a job nobody will get a result for; its watching clients hear WORK_FAIL.
 pub(crate) fn fail_job(server: &Server, txn: &mut Txn<'_>, reg: &mut Registry, id: JobId) {
     let owner = txn.job(id).map_or(0, |j| j.owner);
-    txn.delete(owner, id);
-    let h = handle::format(&server.config.handle_prefix, id);
-    reg.finish(id, kind::WORK_FAIL, &h, &h);
+    if txn.finish(owner, id, JobEnd::failed(None)) {
+        ProtocolMetrics::inc(&server.metrics.jobs_failed);
+    }
+    reg.forget(id);
 }
 
 impl Session {
     /// Registers a new connection with the registry.
-    pub fn new(
-        server: Arc<Server>,
-        conn: ConnId,
-        tx: UnboundedSender<Bytes>,
-        fd: i32,
-        ip: String,
-    ) -> Session {
+    pub fn new(server: Arc<Server>, conn: ConnId, fd: i32, ip: String) -> Session {
         server.registry().conns.insert(
             conn,
             ConnInfo {
-                tx,
-                exceptions: server.config.exceptions,
                 client_id: Bytes::from_static(b"-"),
                 abilities: Vec::new(),
                 fd,
                 ip,
-                waiting_on: HashSet::new(),
             },
         );
+        let exceptions = server.config.exceptions;
         Session {
             conn,
             server,
             abilities: Vec::new(),
+            exceptions,
         }
     }
 
     /// Ends the session: held jobs are requeued (or failed past the retry limit), waiting
-    /// foreground jobs nobody else waits for are discarded, abilities are dropped.
-    pub fn close(self) {
+    /// foreground jobs nobody else waits for are discarded, abilities are dropped. The
+    /// connection layer then forgets the connection in the broker.
+    fn end(self) {
         let now = Broker::now();
         let server = self.server.clone();
-        {
-            let mut txn = server.broker.lock();
-            let mut reg = server.registry();
-            let held: Vec<JobId> = txn.held_by(self.conn).collect();
-            for id in held {
-                self.requeue(&mut txn, &mut reg, id, now);
-            }
-            if let Some(info) = reg.conns.remove(&self.conn) {
-                for id in info.waiting_on {
-                    let Some(t) = reg.jobs.get_mut(&id) else {
-                        continue;
-                    };
-                    t.clients.retain(|&c| c != self.conn);
-                    if t.clients.is_empty() {
-                        let abandoned = txn
-                            .job(id)
-                            .is_some_and(|j| !j.durable && j.state != JobState::Reserved);
-                        if abandoned {
-                            txn.delete(self.conn, id);
-                            reg.jobs.remove(&id);
-                        }
-                    }
-                }
-            }
-            for a in &self.abilities {
-                txn.remove_consumer(a.q);
+        let mut txn = server.broker.lock();
+        let mut reg = server.registry();
+        let held: Vec<JobId> = txn.held_by(self.conn).collect();
+        for id in held {
+            self.requeue(&mut txn, &mut reg, id, now);
+        }
+        reg.conns.remove(&self.conn);
+        for id in txn.stop_watching(self.conn) {
+            let abandoned = txn.watcher_count(id) == 0
+                && txn
+                    .job(id)
+                    .is_some_and(|j| !j.durable && j.state != JobState::Reserved);
+            if abandoned {
+                txn.delete(self.conn, id);
+                reg.forget(id);
             }
         }
-        server.broker.disconnect(self.conn);
+        for a in &self.abilities {
+            txn.remove_consumer(a.q);
+        }
     }
 
     /// Gives a held job back: failed for good past the retry limit, discarded if it is a
@@ -203,7 +159,7 @@ impl Session {
         let limit = self.server.config.job_retries;
         if limit > 0 && reserves >= limit {
             fail_job(&self.server, txn, reg, id);
-        } else if !durable && reg.client_count(id) == 0 {
+        } else if !durable && txn.watcher_count(id) == 0 {
             txn.delete(self.conn, id);
             reg.forget(id);
         } else {
@@ -212,10 +168,22 @@ impl Session {
         }
     }
 
-    /// Handles a notice from the engine; may write a packet (NOOP) into `out`.
-    pub fn notice(&mut self, notice: NoticeKind, out: &mut BytesMut) {
+    /// Handles a notice from the engine: a NOOP for a sleeping worker, the WORK_* packets
+    /// of a watched job, or the retry rules for a job whose CAN_DO_TIMEOUT ran out.
+    fn on_notice(&mut self, notice: NoticeKind, out: &mut BytesMut) {
         match notice {
             NoticeKind::Wake => put_response(out, kind::NOOP, &[]),
+            NoticeKind::Ended(id, end) => self.job_ended(id, &end, out),
+            NoticeKind::Update(id, update) => {
+                let h = handle::format(&self.server.config.handle_prefix, id);
+                match &*update {
+                    JobUpdate::Progress { num, den } => {
+                        put_response(out, kind::WORK_STATUS, &[&h, num, den])
+                    }
+                    JobUpdate::Data(d) => put_response(out, kind::WORK_DATA, &[&h, d]),
+                    JobUpdate::Warning(d) => put_response(out, kind::WORK_WARNING, &[&h, d]),
+                }
+            }
             NoticeKind::LeaseExpired(id) => {
                 // CAN_DO_TIMEOUT ran out: the engine made the job ready again. Apply the
                 // retry limit and the abandoned-foreground rule as for any requeue.
@@ -229,7 +197,7 @@ impl Session {
                 let limit = self.server.config.job_retries;
                 if limit > 0 && job.reserves >= limit {
                     fail_job(&self.server, &mut txn, &mut reg, id);
-                } else if !job.durable && reg.client_count(id) == 0 {
+                } else if !job.durable && txn.watcher_count(id) == 0 {
                     txn.delete(self.conn, id);
                     reg.forget(id);
                 }
@@ -238,8 +206,25 @@ impl Session {
         }
     }
 
+    /// The last packet a waiting client gets, whichever protocol ended the job: a job
+    /// deleted elsewhere counts as done (deleting is how other protocols say so), and an
+    /// exception reaches only clients that asked for exceptions (the others get WORK_FAIL).
+    fn job_ended(&mut self, id: JobId, end: &JobEnd, out: &mut BytesMut) {
+        let h = handle::format(&self.server.config.handle_prefix, id);
+        match (end.status, &end.error) {
+            (EndStatus::Ok | EndStatus::Deleted, _) => {
+                put_response(out, kind::WORK_COMPLETE, &[&h, &end.result])
+            }
+            (EndStatus::Failed, Some(e)) if self.exceptions => {
+                put_response(out, kind::WORK_EXCEPTION, &[&h, e])
+            }
+            (EndStatus::Failed, _) => put_response(out, kind::WORK_FAIL, &[&h]),
+        }
+        self.server.registry().forget(id);
+    }
+
     /// Runs one frame and writes its replies into `out`.
-    pub fn frame(&mut self, frame: Frame, out: &mut BytesMut) -> Outcome {
+    fn frame(&mut self, frame: Frame, out: &mut BytesMut) -> Outcome {
         match frame {
             Frame::Packet { request: false, .. } => {
                 put_error(out, "INVALID_MAGIC", "Request magic expected");
@@ -374,7 +359,7 @@ impl Session {
             | kind::WORK_FAIL
             | kind::WORK_EXCEPTION
             | kind::WORK_DATA
-            | kind::WORK_WARNING => self.work(t, &f, &body, out),
+            | kind::WORK_WARNING => self.work(t, &f, out),
             kind::GET_STATUS => {
                 self.get_status(&f[0], out);
                 Outcome::Done(0)
@@ -393,9 +378,7 @@ impl Session {
             kind::OPTION_REQ => {
                 let name = &f[0];
                 if name.len() < 64 && name.eq_ignore_ascii_case(b"exceptions") {
-                    if let Some(c) = self.server.registry().conns.get_mut(&self.conn) {
-                        c.exceptions = true;
-                    }
+                    self.exceptions = true;
                     put_response(out, kind::OPTION_RES, &[name]);
                 } else {
                     put_error(
@@ -435,7 +418,7 @@ impl Session {
                     !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| *j.body == s.data[..]);
                 if same {
                     if !s.background {
-                        reg.attach(id, self.conn);
+                        txn.watch(self.conn, id);
                     }
                     put_response(out, kind::JOB_CREATED, &[&handle::format(prefix, id)]);
                     return Outcome::Done(0);
@@ -462,20 +445,16 @@ impl Session {
                 body: s.data,
                 unique: key,
                 durable: s.background,
+                attrs: None,
             },
             now,
         );
+        ProtocolMetrics::inc(&server.metrics.jobs_created);
         if s.reducer.is_some() {
-            reg.jobs.insert(
-                put.id,
-                Tracked {
-                    reducer: s.reducer,
-                    ..Tracked::default()
-                },
-            );
+            reg.track(&txn, put.id).reducer = s.reducer;
         }
         if !s.background {
-            reg.attach(put.id, self.conn);
+            txn.watch(self.conn, put.id);
         }
         drop(reg);
         let lsn = txn.commit();
@@ -589,7 +568,7 @@ impl Session {
                 fail_job(&server, &mut txn, &mut reg, id);
                 continue;
             }
-            if !job.durable && reg.client_count(id) == 0 {
+            if !job.durable && txn.watcher_count(id) == 0 {
                 // A foreground job whose clients all left: nobody wants the result.
                 txn.delete(self.conn, id);
                 reg.forget(id);
@@ -607,7 +586,7 @@ impl Session {
         let h = handle::format(&server.config.handle_prefix, id);
         let func = &self.abilities[idx].name;
         let unique = shown_unique(txn.unique_of(id));
-        let reducer = reg.jobs.get(&id).and_then(|t| t.reducer.clone());
+        let reducer = reg.tracked(id).and_then(|t| t.reducer.clone());
         match (grab, reducer) {
             (Grab::Plain, _) => put_response(out, kind::JOB_ASSIGN, &[&h, func, &job.body]),
             (Grab::All, Some(r)) => put_response(
@@ -626,7 +605,7 @@ impl Session {
         Outcome::Done(txn.commit())
     }
 
-    fn work(&mut self, t: u32, f: &[Bytes], body: &Bytes, out: &mut BytesMut) -> Outcome {
+    fn work(&mut self, t: u32, f: &[Bytes], out: &mut BytesMut) -> Outcome {
         let h = &f[0];
         if t == kind::WORK_FAIL && h.len() >= MAX_HANDLE {
             put_error(
@@ -652,26 +631,30 @@ impl Session {
             return Outcome::Done(0);
         };
         let mut reg = server.registry();
+        let m = &server.metrics;
         match t {
             kind::WORK_STATUS => {
                 let clamp = |b: &Bytes| atoi(b).clamp(0, u32::MAX as i64) as u32;
-                if let Some(tr) = reg.jobs.get_mut(&id) {
-                    tr.progress = (clamp(&f[1]), clamp(&f[2]));
-                } else {
-                    reg.jobs.insert(
-                        id,
-                        Tracked {
-                            progress: (clamp(&f[1]), clamp(&f[2])),
-                            ..Tracked::default()
-                        },
-                    );
-                }
-                reg.forward(id, t, body);
+                reg.track(&txn, id).progress = (clamp(&f[1]), clamp(&f[2]));
+                let (num, den) = (f[1].clone(), f[2].clone());
+                txn.publish(id, JobUpdate::Progress { num, den });
             }
-            kind::WORK_DATA | kind::WORK_WARNING => reg.forward(id, t, body),
+            kind::WORK_DATA => txn.publish(id, JobUpdate::Data(f[1].clone())),
+            kind::WORK_WARNING => txn.publish(id, JobUpdate::Warning(f[1].clone())),
+            kind::WORK_COMPLETE => {
+                txn.finish(self.conn, id, JobEnd::ok(f[1].clone()));
+                reg.forget(id);
+                ProtocolMetrics::inc(&m.jobs_completed);
+            }
+            kind::WORK_EXCEPTION => {
+                txn.finish(self.conn, id, JobEnd::failed(Some(f[1].clone())));
+                reg.forget(id);
+                ProtocolMetrics::inc(&m.jobs_failed);
+            }
             _ => {
-                txn.delete(self.conn, id);
-                reg.finish(id, t, body, h);
+                txn.finish(self.conn, id, JobEnd::failed(None));
+                reg.forget(id);
+                ProtocolMetrics::inc(&m.jobs_failed);
             }
         }
         drop(reg);
@@ -689,7 +672,7 @@ impl Session {
         let (known, running, (num, den)) = match job {
             None => (0, 0, (0, 0)),
             Some(j) if j.state == JobState::Reserved => {
-                (1, 1, reg.jobs.get(&j.id).map_or((0, 0), |t| t.progress))
+                (1, 1, reg.tracked(j.id).map_or((0, 0), |t| t.progress))
             }
             Some(_) => (1, 0, (0, 0)),
         };
@@ -721,8 +704,8 @@ impl Session {
         let (known, running, (num, den), clients) = match found {
             None => (0, 0, (0, 0), 0),
             Some(j) => {
-                let tracked = reg.jobs.get(&j.id);
-                let clients = tracked.map_or(0, |t| t.clients.len());
+                let tracked = reg.tracked(j.id);
+                let clients = txn.watcher_count(j.id);
                 if j.state == JobState::Reserved {
                     (1, 1, tracked.map_or((0, 0), |t| t.progress), clients)
                 } else {
@@ -751,6 +734,23 @@ fn num_str(n: u8) -> &'static [u8] {
         b"0"
     } else {
         b"1"
+    }
+}
+
+impl jobyard_net::Session for Session {
+    type Request = Frame;
+
+    fn execute(&mut self, frame: Frame, out: &mut BytesMut) -> Step {
+        self.frame(frame, out)
+    }
+
+    fn notice(&mut self, notice: NoticeKind, out: &mut BytesMut) -> Step {
+        self.on_notice(notice, out);
+        Step::Done(0)
+    }
+
+    fn close(self) {
+        self.end();
     }
 }
 
@@ -785,13 +785,5 @@ mod tests {
             &b"-"[..]
         );
         assert_eq!(shown_unique(Some(&dash)), b"-");
-    }
-
-    #[test]
-    fn priority_levels_round_trip() {
-        assert_eq!(level(PRI_HIGH), 0);
-        assert_eq!(level(PRI_NORMAL), 1);
-        assert_eq!(level(PRI_LOW), 2);
-        assert_eq!(level(5000), 1);
     }
 }

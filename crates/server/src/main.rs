@@ -5,11 +5,10 @@
 
 mod compat;
 mod gearmand_compat;
-mod listen;
 mod run;
 mod settings;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -52,7 +51,7 @@ fn main() {
     } else if invoked_as == "gearmand" {
         gearmand(&argv[1..])
     } else {
-        match Cli::parse().command {
+        match parse_cli(&argv).command {
             Cmd::Serve(args) => args.resolve().unwrap_or_else(|e| {
                 eprintln!("jobyard: {e}");
                 std::process::exit(2)
@@ -62,6 +61,16 @@ fn main() {
         }
     };
     std::process::exit(run::run(settings));
+}
+
+/// Parses the command line, with the config file's values as the defaults of `serve`.
+fn parse_cli(argv: &[String]) -> Cli {
+    let cmd = settings::with_file_defaults(Cli::command(), argv).unwrap_or_else(|e| {
+        eprintln!("jobyard: {e}");
+        std::process::exit(2)
+    });
+    let matches = cmd.get_matches_from(argv);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn beanstalkd(args: &[String]) -> settings::Settings {

@@ -1,16 +1,14 @@
 //! Start-up, serving and shutdown.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobyard_broker::{Broker, Compaction};
-use jobyard_engine::Engine;
-use jobyard_storage::{recover, DirLock, Log, LogOptions};
+use bytes::Bytes;
+use jobyard_broker::{Broker, Compaction, StorageOptions};
+use jobyard_net::{listen, FrontEnd, Gate, Listener, TcpFrontEnd};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::Notify;
 
-use crate::listen::{self, Listener, Stream};
 use crate::settings::Settings;
 
 /// A start-up failure: its message and the process exit code (beanstalkd's codes).
@@ -19,12 +17,7 @@ struct Fatal(String, i32);
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(settings: Settings) -> i32 {
     init_logging(settings.verbosity);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads(settings.threads))
-        .enable_all()
-        .thread_name("jobyard")
-        .build()
-    {
+    let runtime = match jobyard_net::runtime::build(settings.threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("jobyard: cannot start the runtime: {e}");
@@ -38,15 +31,6 @@ pub fn run(settings: Settings) -> i32 {
             code
         }
     }
-}
-
-/// Runtime threads for connections: the setting, else `JOBYARD_THREADS` (which the
-/// beanstalkd and gearmand command lines also honour), else one per core.
-fn worker_threads(configured: Option<usize>) -> usize {
-    configured
-        .or_else(|| std::env::var("JOBYARD_THREADS").ok()?.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn init_logging(verbosity: u8) {
@@ -64,83 +48,29 @@ fn init_logging(verbosity: u8) {
         .try_init();
 }
 
-/// Opens the data directory: lock, recover, start the log. Keeps the lock alive with it.
-fn open_storage(
-    dir: &Path,
-    settings: &Settings,
-    durable_changed: Arc<Notify>,
-) -> Result<(Engine, Log, DirLock), Fatal> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Fatal(format!("cannot create {}: {e}", dir.display()), 1))?;
-    let lock = DirLock::acquire(dir).map_err(|e| {
-        Fatal(
-            format!(
-                "data directory {} is in use by another process ({e})",
-                dir.display()
-            ),
-            10,
-        )
-    })?;
-    let started = std::time::Instant::now();
-    let mut engine = Engine::new();
+fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
     // beanstalkd creates `default` before replaying its log, so `list-tubes` (creation
-    // order) starts with it after a restart too. Pinned so that replaying the deletion of
-    // its last job cannot drop it and re-create it at the end of the list.
-    if settings.beanstalk_listen.is_some() {
-        let default = engine.queue_id_or_create(b"default");
-        engine.pin(default);
-    }
-    let report = recover(dir, settings.salvage, |change| engine.replay(change))
-        .map_err(|e| Fatal(format!("cannot recover the log: {e}"), 1))?;
-    engine.raise_next_id(report.next_id);
-    if let Some((path, offset, dropped)) = &report.torn_tail {
-        tracing::warn!(
-            "dropped {dropped} bytes of a record cut off at {}:{offset} (written when the \
-             server stopped; never acknowledged)",
-            path.display()
-        );
-    }
-    for (path, offset, skipped) in &report.salvaged {
-        tracing::warn!(
-            "salvage: skipped {skipped} unreadable bytes at {}:{offset}",
-            path.display()
-        );
-    }
-    tracing::info!(
-        "recovered {} jobs from {} records in {:?}",
-        engine.job_count(),
-        report.records,
-        started.elapsed()
-    );
-    let options = LogOptions {
+    // order) starts with it after a restart too.
+    let queues_first = match settings.beanstalk_listen {
+        Some(_) => vec![Bytes::from_static(b"default")],
+        None => Vec::new(),
+    };
+    Broker::open(StorageOptions {
+        data_dir: settings.data_dir.clone(),
         fsync: settings.fsync,
         segment_bytes: settings.segment_bytes,
-    };
-    let notify = durable_changed.clone();
-    let log = Log::open(
-        dir,
-        report.next_segment,
-        options,
-        Box::new(move |_| notify.notify_waiters()),
-    )
-    .map_err(|e| Fatal(format!("cannot open the log in {}: {e}", dir.display()), 1))?;
-    Ok((engine, log, lock))
+        compaction: Compaction {
+            min_bytes: settings.compact_min_bytes,
+            ..Compaction::default()
+        },
+        salvage: settings.salvage,
+        queues_first,
+    })
+    .map_err(|e| Fatal(e.message, e.exit_code))
 }
 
 async fn serve(settings: Settings) -> Result<(), Fatal> {
-    let durable_changed = Arc::new(Notify::new());
-    let (engine, log, _lock) = match &settings.data_dir {
-        Some(dir) => {
-            let (engine, log, lock) = open_storage(dir, &settings, durable_changed.clone())?;
-            (engine, Some((log, dir.clone())), Some(lock))
-        }
-        None => (Engine::new(), None, None),
-    };
-    let compaction = Compaction {
-        min_bytes: settings.compact_min_bytes,
-        ..Compaction::default()
-    };
-    let broker = Broker::new(engine, log, durable_changed, compaction);
+    let broker = open_broker(&settings)?;
     broker.start();
 
     // systemd socket activation replaces the configured addresses, as in beanstalkd.
@@ -152,15 +82,9 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             activated.len()
         );
     }
-    // beanstalkd first: a single unnamed activated socket is beanstalkd's, as in beanstalkd.
-    let beanstalk = listener_for(&settings.beanstalk_listen, &mut activated, "beanstalk").await?;
-    let gearman = listener_for(&settings.gearman_listen, &mut activated, "gearman").await?;
-    if gearman.as_ref().is_some_and(Listener::is_unix) {
-        return Err(Fatal(
-            "the Gearman listener takes TCP addresses only".into(),
-            111,
-        ));
-    }
+    // Notified by the Gearman admin `shutdown` command, when that command is allowed.
+    let admin_shutdown = Arc::new(Notify::new());
+    let front_ends = front_ends(&settings, &broker, &mut activated, &admin_shutdown).await?;
     for (name, unused) in &activated {
         tracing::warn!(
             "socket activation: no protocol takes {} ({}); ignored",
@@ -171,60 +95,8 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     if let Some(user) = &settings.user {
         drop_privileges(user).map_err(|e| Fatal(e, 111))?;
     }
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let slots = Arc::new(Semaphore::new(settings.max_connections));
-    if let Some(listener) = beanstalk {
-        let server = jobyard_beanstalk::Server::new(
-            broker.clone(),
-            settings.max_job_size,
-            settings.segment_bytes,
-        );
-        tracing::info!("beanstalkd protocol listening on {}", listener.describe());
-        let slots = slots.clone();
-        let rx = shutdown_rx.clone();
-        tokio::spawn(accept_loop(
-            listener,
-            slots,
-            settings.max_connections,
-            rx,
-            move |s, rx| {
-                let server = server.clone();
-                async move {
-                    match s {
-                        Stream::Tcp(s) => jobyard_beanstalk::handle(s, server, rx).await,
-                        Stream::Unix(s) => jobyard_beanstalk::handle_unix(s, server, rx).await,
-                    }
-                }
-            },
-        ));
-    }
-    // Notified by the Gearman admin `shutdown` command, when that command is allowed.
-    let admin_shutdown = Arc::new(Notify::new());
-    if let Some(listener) = gearman {
-        let server = jobyard_gearman::Server::new(
-            broker.clone(),
-            (*settings.gearman).clone(),
-            admin_shutdown.clone(),
-        );
-        tracing::info!("Gearman protocol listening on {}", listener.describe());
-        let slots = slots.clone();
-        let rx = shutdown_rx.clone();
-        tokio::spawn(accept_loop(
-            listener,
-            slots,
-            settings.max_connections,
-            rx,
-            move |s, rx| {
-                let server = server.clone();
-                async move {
-                    // Checked at start-up: the Gearman listener is TCP.
-                    if let Stream::Tcp(s) = s {
-                        jobyard_gearman::handle(s, server, rx).await
-                    }
-                }
-            },
-        ));
-    }
+    let gate = Gate::new(settings.max_connections);
+    jobyard_net::serve(front_ends, &gate);
     tracing::info!(
         "jobyard {} ready (storage: {}, fsync: {:?})",
         env!("CARGO_PKG_VERSION"),
@@ -238,12 +110,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
 
     wait_for_shutdown(&broker, &admin_shutdown).await;
     tracing::info!("shutting down: no new connections; finishing what is in flight");
-    let _ = shutdown_tx.send(true);
-    let all = settings.max_connections as u32;
-    if tokio::time::timeout(Duration::from_secs(10), slots.acquire_many(all))
-        .await
-        .is_err()
-    {
+    if !gate.shut_down(Duration::from_secs(10)).await {
         tracing::warn!("some connections did not finish within 10 s");
     }
     broker.shutdown();
@@ -251,66 +118,53 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     Ok(())
 }
 
-/// A protocol's listener: the activated socket meant for it if systemd passed one, else
-/// its configured address; none when the protocol is off.
-async fn listener_for(
-    configured: &Option<String>,
+/// The configured front ends, each with its listener. beanstalkd comes first: a single
+/// unnamed activated socket is beanstalkd's, as in beanstalkd.
+async fn front_ends(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    activated: &mut Vec<(Option<String>, Listener)>,
+    admin_shutdown: &Arc<Notify>,
+) -> Result<Vec<Box<dyn FrontEnd>>, Fatal> {
+    let mut front_ends: Vec<Box<dyn FrontEnd>> = Vec::new();
+    if let Some(addr) = &settings.beanstalk_listen {
+        let listener = bind(addr, activated, "beanstalk").await?;
+        let config = jobyard_beanstalk::Config {
+            max_job_size: settings.max_job_size,
+            segment_bytes: settings.segment_bytes,
+        };
+        front_ends.push(Box::new(TcpFrontEnd {
+            protocol: jobyard_beanstalk::Server::new(broker.clone(), config),
+            listener,
+        }));
+    }
+    if let Some(addr) = &settings.gearman_listen {
+        let listener = bind(addr, activated, "gearman").await?;
+        if listener.is_unix() {
+            return Err(Fatal(
+                "the Gearman listener takes TCP addresses only".into(),
+                111,
+            ));
+        }
+        let protocol = jobyard_gearman::Server::new(
+            broker.clone(),
+            (*settings.gearman).clone(),
+            admin_shutdown.clone(),
+        );
+        front_ends.push(Box::new(TcpFrontEnd { protocol, listener }));
+    }
+    Ok(front_ends)
+}
+
+/// A protocol's listener: the activated socket meant for it, else its configured address.
+async fn bind(
+    addr: &str,
     activated: &mut Vec<(Option<String>, Listener)>,
     protocol: &str,
-) -> Result<Option<Listener>, Fatal> {
-    let Some(addr) = configured else {
-        return Ok(None);
-    };
-    match listen::take_activated(activated, protocol) {
-        Some(l) => Ok(Some(l)),
-        None => bind(addr).await.map(Some),
-    }
-}
-
-async fn bind(addr: &str) -> Result<Listener, Fatal> {
-    Listener::bind(addr)
+) -> Result<Listener, Fatal> {
+    listen::listener_for(addr, activated, protocol)
         .await
         .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))
-}
-
-/// Accepts connections while slots are free; refuses (and says so in the log) otherwise.
-async fn accept_loop<F>(
-    listener: Listener,
-    slots: Arc<Semaphore>,
-    max: usize,
-    mut shutdown: watch::Receiver<bool>,
-    handler: impl Fn(Stream, watch::Receiver<bool>) -> F + Send + 'static,
-) where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let mut last_warning: Option<std::time::Instant> = None;
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.changed() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
-                tracing::warn!("connection limit of {max} reached: refusing {peer}");
-                last_warning = Some(std::time::Instant::now());
-            }
-            drop(stream);
-            continue;
-        };
-        let connection = handler(stream, shutdown.clone());
-        tokio::spawn(async move {
-            connection.await;
-            drop(permit);
-        });
-    }
 }
 
 async fn wait_for_shutdown(broker: &Arc<Broker>, admin_shutdown: &Notify) {

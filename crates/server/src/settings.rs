@@ -1,14 +1,17 @@
 //! Server settings: flags, `JOBYARD_*` environment variables, an optional TOML file.
 //!
-//! Precedence is flag, then environment, then file, then default. The same [`Settings`]
-//! is produced by `jobyard serve` and by the beanstalkd-compatible command line.
+//! Precedence is flag, then environment, then file, then default. Every setting is
+//! declared once, in [`ServeArgs`]: the file's keys are its flags' names (with
+//! underscores), and the file's values become the flags' defaults before the command line
+//! is parsed ([`with_file_defaults`]), so the file needs no declaration of its own and an
+//! unknown key is an error. The same [`Settings`] is produced by `jobyard serve` and by
+//! the beanstalkd- and gearmand-compatible command lines.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use jobyard_storage::FsyncMode;
-use serde::Deserialize;
 
 /// Everything the server needs to start.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,25 +94,6 @@ pub struct ServeArgs {
     pub verbose: u8,
 }
 
-/// The TOML file: the same settings as the flags.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-struct FileSettings {
-    data_dir: Option<PathBuf>,
-    beanstalk_listen: Option<String>,
-    fsync: Option<String>,
-    max_job_size: Option<u32>,
-    max_connections: Option<usize>,
-    segment_bytes: Option<u64>,
-    compact_min_bytes: Option<u64>,
-    salvage: Option<bool>,
-    threads: Option<usize>,
-    gearman_listen: Option<String>,
-    gearman_max_packet: Option<u32>,
-    gearman_job_retries: Option<u32>,
-    gearman_allow_shutdown: Option<bool>,
-}
-
 /// Parses `always`, `never` or `interval=<ms>`.
 pub fn parse_fsync(s: &str) -> Result<FsyncMode, String> {
     match s {
@@ -128,71 +112,105 @@ fn listen(addr: String) -> Option<String> {
     (addr != "off").then_some(addr)
 }
 
-impl ServeArgs {
-    /// Combines flags/environment with the file and the defaults.
-    pub fn resolve(self) -> Result<Settings, String> {
-        let file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                toml::from_str::<FileSettings>(&text)
-                    .map_err(|e| format!("bad config {}: {e}", path.display()))?
+/// The config file named on the command line (`--config F`, `--config=F`) or in
+/// `JOBYARD_CONFIG`, read before the command line is parsed.
+fn config_path(argv: &[String]) -> Option<PathBuf> {
+    let mut args = argv.iter();
+    while let Some(a) = args.next() {
+        if a == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(v) = a.strip_prefix("--config=") {
+            return Some(PathBuf::from(v));
+        }
+    }
+    std::env::var_os("JOBYARD_CONFIG").map(PathBuf::from)
+}
+
+/// `cmd` with the `serve` subcommand's defaults taken from the config file, if one is
+/// named: each key must be the name of a flag (underscores for dashes).
+pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::Command, String> {
+    let Some(path) = config_path(argv) else {
+        return Ok(cmd);
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("bad config {}: {e}", path.display()))?;
+    let serve = cmd
+        .find_subcommand("serve")
+        .expect("the serve subcommand")
+        .clone();
+    let mut defaults = Vec::new();
+    for (key, value) in table {
+        let known = serve
+            .get_arguments()
+            .any(|a| a.get_id().as_str() == key && key != "config" && key != "verbose");
+        if !known {
+            return Err(format!(
+                "bad config {}: unknown key `{key}` (keys are the flags of `jobyard serve`, \
+                 with underscores)",
+                path.display()
+            ));
+        }
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(format!(
+                    "bad config {}: `{key}` must be a string, number or boolean, not {}",
+                    path.display(),
+                    other.type_str()
+                ))
             }
-            None => FileSettings::default(),
         };
-        let fsync = self.fsync.or(file.fsync).unwrap_or_else(|| "always".into());
-        let max_job_size = self
-            .max_job_size
-            .or(file.max_job_size)
-            .unwrap_or(DEFAULT_MAX_JOB_SIZE);
+        defaults.push((key, value));
+    }
+    Ok(cmd.mut_subcommand("serve", |mut sc| {
+        for (key, value) in defaults {
+            sc = sc.mut_arg(key, |a| a.default_value(value));
+        }
+        sc
+    }))
+}
+
+impl ServeArgs {
+    /// Fills in the built-in defaults (flags, environment and file are already applied).
+    pub fn resolve(self) -> Result<Settings, String> {
+        let fsync = self.fsync.unwrap_or_else(|| "always".into());
+        let max_job_size = self.max_job_size.unwrap_or(DEFAULT_MAX_JOB_SIZE);
         if max_job_size > MAX_MAX_JOB_SIZE {
             return Err(format!("--max-job-size is at most {MAX_MAX_JOB_SIZE}"));
         }
         Ok(Settings {
             data_dir: Some(
                 self.data_dir
-                    .or(file.data_dir)
                     .unwrap_or_else(|| PathBuf::from("jobyard-data")),
             ),
             beanstalk_listen: listen(
                 self.beanstalk_listen
-                    .or(file.beanstalk_listen)
                     .unwrap_or_else(|| "127.0.0.1:11300".into()),
             ),
             fsync: parse_fsync(&fsync)?,
             max_job_size,
-            max_connections: self
-                .max_connections
-                .or(file.max_connections)
-                .unwrap_or(10_000),
-            segment_bytes: self
-                .segment_bytes
-                .or(file.segment_bytes)
-                .unwrap_or(64 << 20),
-            compact_min_bytes: self
-                .compact_min_bytes
-                .or(file.compact_min_bytes)
-                .unwrap_or(64 << 20),
-            salvage: self.salvage || file.salvage.unwrap_or(false),
+            max_connections: self.max_connections.unwrap_or(10_000),
+            segment_bytes: self.segment_bytes.unwrap_or(64 << 20),
+            compact_min_bytes: self.compact_min_bytes.unwrap_or(64 << 20),
+            salvage: self.salvage,
             user: None,
             verbosity: self.verbose,
-            threads: self.threads.or(file.threads).filter(|&n| n > 0),
+            threads: self.threads.filter(|&n| n > 0),
             gearman_listen: listen(
                 self.gearman_listen
-                    .or(file.gearman_listen)
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
             gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
-                    .or(file.gearman_max_packet)
                     .unwrap_or(jobyard_gearman::DEFAULT_MAX_PACKET),
-                job_retries: self
-                    .gearman_job_retries
-                    .or(file.gearman_job_retries)
-                    .unwrap_or(0),
-                allow_shutdown: self.gearman_allow_shutdown
-                    || file.gearman_allow_shutdown.unwrap_or(false),
+                job_retries: self.gearman_job_retries.unwrap_or(0),
+                allow_shutdown: self.gearman_allow_shutdown,
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
                 ..jobyard_gearman::Config::default()
             }),
@@ -218,6 +236,31 @@ mod tests {
         assert!(parse_fsync("interval=x").is_err());
     }
 
+    /// What `jobyard serve ARGS` resolves to, through the same path as `main`.
+    fn serve(args: &[&str]) -> Result<Settings, String> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            cmd: Cmd,
+        }
+        #[derive(clap::Subcommand)]
+        enum Cmd {
+            Serve(ServeArgs),
+        }
+        use clap::{CommandFactory, FromArgMatches};
+        let argv: Vec<String> = std::iter::once("jobyard")
+            .chain(std::iter::once("serve"))
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect();
+        let cmd = with_file_defaults(Cli::command(), &argv)?;
+        let matches = cmd.try_get_matches_from(&argv).map_err(|e| e.to_string())?;
+        let Cmd::Serve(a) = Cli::from_arg_matches(&matches)
+            .map_err(|e| e.to_string())?
+            .cmd;
+        a.resolve()
+    }
+
     #[test]
     fn defaults_file_and_flags_combine_in_order() {
         let s = ServeArgs::default().resolve().unwrap();
@@ -235,31 +278,30 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.toml");
+        let cfg = path.to_str().unwrap();
         std::fs::write(
             &path,
-            "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n",
+            "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n\
+             salvage = true\ngearman_allow_shutdown = true\n",
         )
         .unwrap();
-        let s = ServeArgs {
-            config: Some(path.clone()),
-            max_job_size: Some(20),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
+        let s = serve(&["--config", cfg, "--max-job-size", "20"]).unwrap();
         assert_eq!(s.fsync, FsyncMode::Never);
         assert_eq!(s.max_job_size, 20, "a flag beats the file");
         assert_eq!(s.beanstalk_listen, None, "off disables the listener");
         assert_eq!(s.threads, Some(1));
+        assert!(
+            s.salvage && s.gearman.allow_shutdown,
+            "booleans from the file"
+        );
+        let s = serve(&[&format!("--config={cfg}")]).unwrap();
+        assert_eq!(s.max_job_size, 10, "the file beats the default");
 
         std::fs::write(&path, "no_such_key = 1\n").unwrap();
-        let err = ServeArgs {
-            config: Some(path),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
+        let err = serve(&["--config", cfg]).unwrap_err();
         assert!(err.contains("no_such_key"), "{err}");
+        std::fs::write(&path, "threads = [1]\n").unwrap();
+        assert!(serve(&["--config", cfg]).unwrap_err().contains("threads"));
     }
 
     #[test]

@@ -17,12 +17,14 @@ mod codec;
 mod files;
 mod lock;
 mod recovery;
+mod stats;
 mod writer;
 
 pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use recovery::{recover, RecoveryError, RecoveryReport};
+pub use stats::{LogStats, FSYNC_BUCKETS_US};
 pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 
 pub use jobyard_engine::Change;

@@ -17,6 +17,7 @@ use crate::files::{
     header, list, segment_path, snapshot_path, sync_dir, DataFile, SEGMENT_MAGIC, SNAPSHOT_END,
     SNAPSHOT_MAGIC,
 };
+use crate::stats::LogStats;
 use crate::Lsn;
 
 /// When the log forces data to stable storage.
@@ -101,6 +102,7 @@ struct Shared {
     durable: AtomicU64,
     snapshot_running: AtomicBool,
     records_written: AtomicU64,
+    stats: LogStats,
     current_segment: AtomicU64,
     on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     /// The open segment and the writer's scratch state. Held while writing a batch: by the
@@ -139,6 +141,7 @@ impl Log {
             durable: AtomicU64::new(0),
             snapshot_running: AtomicBool::new(false),
             records_written: AtomicU64::new(0),
+            stats: LogStats::default(),
             current_segment: AtomicU64::new(first_segment),
             on_durable,
             writer: Mutex::new(WriterState {
@@ -164,11 +167,16 @@ impl Log {
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
         let mut p = self.shared.pending.lock().expect("log lock");
         let was_empty = p.buf.is_empty();
+        let before = p.appended;
         for change in changes {
             encode_change(&change, &mut p.buf);
             p.appended += 1;
         }
         let lsn = p.appended;
+        self.shared
+            .stats
+            .records
+            .fetch_add(lsn - before, Ordering::Relaxed);
         // In `always` mode the writer thread does every write. Otherwise whoever waits for
         // the records writes them inline, and the writer thread only sweeps up, on its
         // timer, records that nobody waits for — waking it here would cost a context
@@ -206,6 +214,11 @@ impl Log {
     /// Records written since start (for stats).
     pub fn records_written(&self) -> u64 {
         self.shared.records_written.load(Ordering::Relaxed)
+    }
+
+    /// Figures for operators: bytes, batches, syncs and their latency.
+    pub fn stats(&self) -> &LogStats {
+        &self.shared.stats
     }
 
     /// The segment new records go to.
@@ -351,10 +364,12 @@ fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
 /// report success for data that never reached the disk, so retrying would acknowledge jobs
 /// that are not stored. Stopping is the only honest answer: nothing in the failed batch was
 /// acknowledged, and the next start recovers exactly what the disk holds.
-fn sync_or_die(segment: &Segment) {
+fn sync_or_die(segment: &Segment, stats: &LogStats) {
+    let started = Instant::now();
     if let Err(e) = segment.file.sync_data() {
         fsync_failed(&e);
     }
+    stats.synced(started.elapsed());
 }
 
 fn fsync_failed(e: &io::Error) -> ! {
@@ -411,13 +426,17 @@ fn write_loop(shared: Arc<Shared>) {
         if let Some(file) = file_to_flush {
             if shared.options.fsync == FsyncMode::Never {
                 start_writeback(&file);
-            } else if let Err(e) = file.sync_data() {
-                fsync_failed(&e);
+            } else {
+                let started = Instant::now();
+                if let Err(e) = file.sync_data() {
+                    fsync_failed(&e);
+                }
+                shared.stats.synced(started.elapsed());
             }
         }
         if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
             let w = shared.writer.lock().expect("log writer lock");
-            sync_or_die(&w.segment);
+            sync_or_die(&w.segment, &shared.stats);
             return;
         }
     }
@@ -446,10 +465,11 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
         (p.appended, p.snapshot.take(), p.appended - durable)
     };
     let data = std::mem::take(&mut w.spare);
+    shared.stats.wrote(data.len());
     match snapshot {
         Some(req) => {
             retry("write", || w.segment.write(&data[..req.at]));
-            sync_or_die(&w.segment);
+            sync_or_die(&w.segment, &shared.stats);
             let next = w.segment.seq + 1;
             w.segment = retry("segment create", || Segment::create(&shared.dir, next));
             shared
@@ -472,7 +492,7 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
         }
     };
     if must_sync {
-        sync_or_die(&w.segment);
+        sync_or_die(&w.segment, &shared.stats);
         w.last_sync = Instant::now();
         w.unsynced = false;
     }
@@ -487,7 +507,7 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
         w.spare = Vec::new();
     }
     if w.segment.len >= shared.options.segment_bytes {
-        sync_or_die(&w.segment);
+        sync_or_die(&w.segment, &shared.stats);
         let next = w.segment.seq + 1;
         w.segment = retry("segment create", || Segment::create(&shared.dir, next));
         shared

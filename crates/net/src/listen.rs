@@ -28,6 +28,27 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
+/// Who is on the other end of a session, as admin views show it.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    /// The peer's address (`ip:port`), or a description for UNIX sockets.
+    pub addr: String,
+    /// The socket's descriptor (Gearman's admin `workers` shows it); -1 when none.
+    pub fd: i32,
+}
+
+impl Peer {
+    /// The address without its port (what Gearman's admin `workers` shows).
+    pub fn ip(&self) -> &str {
+        match self.addr.rsplit_once(':') {
+            Some((ip, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+                ip.trim_start_matches('[').trim_end_matches(']')
+            }
+            _ => &self.addr,
+        }
+    }
+}
+
 impl Listener {
     /// Binds `host:port`, or `unix:PATH`. A stale socket file at PATH (left by a server that
     /// died) is replaced, as beanstalkd does; any other kind of file is an error.
@@ -147,6 +168,19 @@ pub fn activated() -> io::Result<Vec<(Option<String>, Listener)>> {
 
 /// Names that pick a protocol's socket (`FileDescriptorName=` in the socket unit).
 const PROTOCOL_NAMES: [&str; 2] = ["beanstalk", "gearman"];
+
+/// A protocol's listener: the activated socket meant for it if systemd passed one, else
+/// its configured address.
+pub async fn listener_for(
+    addr: &str,
+    activated: &mut Vec<(Option<String>, Listener)>,
+    protocol: &str,
+) -> io::Result<Listener> {
+    match take_activated(activated, protocol) {
+        Some(l) => Ok(l),
+        None => Listener::bind(addr).await,
+    }
+}
 
 /// Picks the activated socket for a protocol: the one named after it, else the first socket
 /// not named after any protocol (systemd names sockets after their unit by default). Call

@@ -1,0 +1,132 @@
+//! Opening the data directory: lock it, rebuild the engine from the log, start the writer.
+//!
+//! Lives in the broker (not in the binary) so every way of starting a server — `jobyard
+//! serve`, the beanstalkd and gearmand command lines, tests — opens storage the same way,
+//! and the log's durability notifications are wired to the broker's waiters in one place.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use jobyard_engine::Engine;
+use jobyard_storage::{recover, DirLock, FsyncMode, Log, LogOptions};
+use tokio::sync::Notify;
+
+use crate::{Broker, Compaction};
+
+/// How to open storage.
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    /// `None`: jobs live in memory only (beanstalkd without `-b`).
+    pub data_dir: Option<PathBuf>,
+    pub fsync: FsyncMode,
+    pub segment_bytes: u64,
+    pub compaction: Compaction,
+    /// Start despite damaged records, skipping them.
+    pub salvage: bool,
+    /// Queues created (and pinned) before the log is replayed, so they list first
+    /// (beanstalkd's `default`).
+    pub queues_first: Vec<Bytes>,
+}
+
+/// Why storage could not be opened: a message, and the process exit code the drop-in
+/// command lines use for it (beanstalkd's: 10 when the directory is locked).
+#[derive(Debug)]
+pub struct OpenError {
+    pub message: String,
+    pub exit_code: i32,
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn fail(message: String, exit_code: i32) -> OpenError {
+    OpenError { message, exit_code }
+}
+
+impl Broker {
+    /// A broker over the data directory of `options` (recovered, locked, log started), or
+    /// over an empty in-memory engine when there is none.
+    pub fn open(options: StorageOptions) -> Result<Arc<Broker>, OpenError> {
+        let durable_changed = Arc::new(Notify::new());
+        let mut engine = Engine::new();
+        for name in &options.queues_first {
+            let q = engine.queue_id_or_create(name);
+            engine.pin(q);
+        }
+        let Some(dir) = &options.data_dir else {
+            return Ok(Broker::new(
+                engine,
+                None,
+                durable_changed,
+                options.compaction,
+            ));
+        };
+        let (log, lock) = open_dir(dir, &options, &mut engine, durable_changed.clone())?;
+        let broker = Broker::new(
+            engine,
+            Some((log, dir.clone())),
+            durable_changed,
+            options.compaction,
+        );
+        *broker.dir_lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(lock);
+        Ok(broker)
+    }
+}
+
+fn open_dir(
+    dir: &Path,
+    options: &StorageOptions,
+    engine: &mut Engine,
+    durable_changed: Arc<Notify>,
+) -> Result<(Log, DirLock), OpenError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", dir.display()), 1))?;
+    let lock = DirLock::acquire(dir).map_err(|e| {
+        fail(
+            format!(
+                "data directory {} is in use by another process ({e})",
+                dir.display()
+            ),
+            10,
+        )
+    })?;
+    let started = std::time::Instant::now();
+    let report = recover(dir, options.salvage, |change| engine.replay(change))
+        .map_err(|e| fail(format!("cannot recover the log: {e}"), 1))?;
+    engine.raise_next_id(report.next_id);
+    if let Some((path, offset, dropped)) = &report.torn_tail {
+        tracing::warn!(
+            "dropped {dropped} bytes of a record cut off at {}:{offset} (written when the \
+             server stopped; never acknowledged)",
+            path.display()
+        );
+    }
+    for (path, offset, skipped) in &report.salvaged {
+        tracing::warn!(
+            "salvage: skipped {skipped} unreadable bytes at {}:{offset}",
+            path.display()
+        );
+    }
+    tracing::info!(
+        "recovered {} jobs from {} records in {:?}",
+        engine.job_count(),
+        report.records,
+        started.elapsed()
+    );
+    let log_options = LogOptions {
+        fsync: options.fsync,
+        segment_bytes: options.segment_bytes,
+    };
+    let log = Log::open(
+        dir,
+        report.next_segment,
+        log_options,
+        Box::new(move |_| durable_changed.notify_waiters()),
+    )
+    .map_err(|e| fail(format!("cannot open the log in {}: {e}", dir.display()), 1))?;
+    Ok((log, lock))
+}
