@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use jobyard_broker::{Broker, Txn};
+use jobyard_broker::{Broker, ProtocolMetrics, Txn};
 use jobyard_engine::{ConnId, Job, JobState, Lease, NoticeKind, QueueId, ReserveOutcome, WaitMode};
 use jobyard_net::Step;
 
@@ -131,6 +131,7 @@ impl Session {
             Broker::now(),
         );
         let lsn = txn.commit();
+        ProtocolMetrics::inc(&self.server.metrics.jobs_created);
         reply_num(out, b"INSERTED ", put.id);
         Outcome::Done(lsn)
     }
@@ -185,7 +186,15 @@ impl Session {
             }
             Command::Delete(id) => {
                 self.count(Counted::Delete);
-                found(txn.delete(self.conn, id), b"DELETED\r\n")
+                // A worker deleting the job it holds is how beanstalkd says "done".
+                let held = txn
+                    .job(id)
+                    .is_some_and(|j| j.state == JobState::Reserved && j.owner == self.conn);
+                let deleted = txn.delete(self.conn, id);
+                if deleted && held {
+                    ProtocolMetrics::inc(&self.server.metrics.jobs_completed);
+                }
+                found(deleted, b"DELETED\r\n")
             }
             Command::Release { id, pri, delay } => {
                 self.count(Counted::Release);

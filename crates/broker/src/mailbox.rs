@@ -4,7 +4,7 @@
 //! streams a job's output to its clients). A client that stops reading must not make the
 //! server buffer that without limit, so each mailbox counts the payload bytes queued in it,
 //! and once past its cap it stops taking updates and marks itself overflowed; the
-//! connection layer then closes the session (docs/storage.md, "Memory bounds").
+//! connection layer then closes the session (docs/architecture.md, "Bounds").
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,8 @@ pub const MAILBOX_CAP: usize = 16 << 20;
 struct Load {
     queued: AtomicUsize,
     overflowed: AtomicBool,
+    /// Wakes a connection blocked writing to a peer that does not read.
+    overflow: tokio::sync::Notify,
 }
 
 /// The sending side, kept by the broker.
@@ -70,6 +72,7 @@ impl Sender {
             if queued > MAILBOX_CAP && matches!(kind, NoticeKind::Update(..)) {
                 self.load.queued.fetch_sub(w, Ordering::Relaxed);
                 self.load.overflowed.store(true, Ordering::Relaxed);
+                self.load.overflow.notify_waiters();
                 return;
             }
         }
@@ -103,6 +106,20 @@ impl Mailbox {
     /// no longer be told the whole story and should be closed.
     pub fn overflowed(&self) -> bool {
         self.load.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the mailbox has overflowed, so a connection stuck writing to a peer
+    /// that stopped reading can give up instead of buffering on.
+    pub async fn wait_overflow(&self) {
+        loop {
+            let notified = self.load.overflow.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.overflowed() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

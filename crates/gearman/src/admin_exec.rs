@@ -2,18 +2,21 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use jobyard_engine::{JobState, QueueId};
+use jobyard_engine::{ConnId, JobState, QueueId};
+use jobyard_net::Step as Outcome;
 
 use crate::admin::{parse, unknown_reply, Admin};
 use crate::functions::{ensure_function, level, total_jobs};
 use crate::handle;
-use crate::session::{fail_job, shown_unique, Outcome, Session};
+use crate::jobs::{fail_job, shown_unique};
+use crate::Server;
 
 /// Runs one admin line; replies go into `out`.
-pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Outcome {
-    let server = session.server.clone();
+pub(crate) fn run(server: &Arc<Server>, conn: ConnId, line: &[u8], out: &mut BytesMut) -> Outcome {
+    let server = server.clone();
     let cfg = &server.config;
     let cmd = parse(line);
     match cmd {
@@ -33,7 +36,7 @@ pub(crate) fn run(session: &mut Session, line: &[u8], out: &mut BytesMut) -> Out
                 tracing::info!(
                     "gearman admin `shutdown{}` from connection {}",
                     if graceful { " graceful" } else { "" },
-                    session.conn
+                    conn
                 );
                 out.put_slice(b"OK\r\n");
                 server.request_shutdown();

@@ -13,6 +13,7 @@ mod admin_exec;
 pub mod decode;
 mod functions;
 pub mod handle;
+mod jobs;
 pub mod packet;
 mod registry;
 mod session;

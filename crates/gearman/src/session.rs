@@ -17,6 +17,7 @@ use jobyard_net::Step;
 use crate::admin::atoi;
 use crate::decode::Frame;
 use crate::functions::{ensure_function, level, total_jobs};
+use crate::jobs::{coalesce_key, fail_job, shown_unique, DASH_KEY};
 use crate::packet::{kind, put_error, put_response, request_fields, split_fields};
 use crate::packet::{MAX_HANDLE, MAX_UNIQUE};
 use crate::registry::{ConnInfo, Registry};
@@ -60,46 +61,6 @@ pub struct Session {
     abilities: Vec<Ability>,
     /// Whether WORK_EXCEPTION is passed on as is (else as WORK_FAIL).
     exceptions: bool,
-}
-
-/// Prefix of the engine unique key for unique `-`: gearmand then coalesces on the payload.
-/// A real unique cannot contain `\0`, so these keys never collide with one.
-const DASH_KEY: &[u8] = b"-\0";
-
-/// The engine's unique key for a submit (`None`: never coalesces).
-fn coalesce_key(unique: &Bytes, data: &Bytes) -> Option<Bytes> {
-    if unique.is_empty() {
-        None
-    } else if &unique[..] == b"-" && !data.is_empty() {
-        // FNV-1a over the payload plus its length; a hit is confirmed by comparing bodies.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in data.iter() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        Some(Bytes::from(
-            format!("-\0{h:016x}:{}", data.len()).into_bytes(),
-        ))
-    } else {
-        Some(unique.clone())
-    }
-}
-
-/// The unique ID a client gave, from the engine's key.
-pub(crate) fn shown_unique(key: Option<&Bytes>) -> &[u8] {
-    match key {
-        Some(k) if k.starts_with(DASH_KEY) => b"-",
-        Some(k) => k,
-        None => b"",
-    }
-}
-
-/// Ends a job nobody will get a result for; its watching clients hear WORK_FAIL.
-pub(crate) fn fail_job(server: &Server, txn: &mut Txn<'_>, reg: &mut Registry, id: JobId) {
-    let owner = txn.job(id).map_or(0, |j| j.owner);
-    if txn.finish(owner, id, JobEnd::failed(None)) {
-        ProtocolMetrics::inc(&server.metrics.jobs_failed);
-    }
-    reg.forget(id);
 }
 
 impl Session {
@@ -231,7 +192,7 @@ impl Session {
                 Outcome::Done(0)
             }
             Frame::Packet { kind, body, .. } => self.packet(kind, body, out),
-            Frame::Line(line) => crate::admin_exec::run(self, &line, out),
+            Frame::Line(line) => crate::admin_exec::run(&self.server, self.conn, &line, out),
             Frame::Fatal(f) => {
                 if let Some((code, text)) = f.reply() {
                     put_error(out, code, text);
@@ -751,39 +712,5 @@ impl jobyard_net::Session for Session {
 
     fn close(self) {
         self.end();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn coalescing_keys_follow_gearmand() {
-        let d = Bytes::from_static(b"payload");
-        assert_eq!(
-            coalesce_key(&Bytes::new(), &d),
-            None,
-            "empty unique never coalesces"
-        );
-        assert_eq!(
-            coalesce_key(&Bytes::from_static(b"u"), &d).unwrap(),
-            &b"u"[..]
-        );
-        let dash = coalesce_key(&Bytes::from_static(b"-"), &d).unwrap();
-        assert!(dash.starts_with(DASH_KEY));
-        assert_eq!(
-            dash,
-            coalesce_key(&Bytes::from_static(b"-"), &d.clone()).unwrap()
-        );
-        assert_ne!(
-            dash,
-            coalesce_key(&Bytes::from_static(b"-"), &Bytes::from_static(b"x")).unwrap()
-        );
-        assert_eq!(
-            coalesce_key(&Bytes::from_static(b"-"), &Bytes::new()).unwrap(),
-            &b"-"[..]
-        );
-        assert_eq!(shown_unique(Some(&dash)), b"-");
     }
 }

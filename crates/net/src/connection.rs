@@ -94,9 +94,7 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<P, R, W> {
             }
             self.flush(lsn).await?;
             if self.mailbox.overflowed() {
-                return Err(io::Error::other(
-                    "closed: the client did not read what it asked for (mailbox cap)",
-                ));
+                return Err(overflowed());
             }
             if *self.shutdown.borrow() {
                 if waiting {
@@ -153,13 +151,21 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<P, R, W> {
         }
     }
 
-    /// Sends buffered output once the log has made what it acknowledges durable.
+    /// Sends buffered output once the log has made what it acknowledges durable. A peer
+    /// that stops reading while notices pile up for it is cut off rather than buffered for.
     async fn flush(&mut self, lsn: Lsn) -> io::Result<()> {
         self.protocol.broker().wait_durable(lsn).await;
         if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await?;
+            tokio::select! {
+                written = self.wr.write_all(&self.out) => written?,
+                _ = self.mailbox.wait_overflow() => return Err(overflowed()),
+            }
             self.out.clear();
         }
         Ok(())
     }
+}
+
+fn overflowed() -> io::Error {
+    io::Error::other("closed: the client stopped reading what it asked for (mailbox cap)")
 }

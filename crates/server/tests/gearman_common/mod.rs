@@ -199,6 +199,11 @@ impl GServer {
         Line::connect(self.bport)
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data
     }
