@@ -32,7 +32,10 @@ fn a_client_that_stops_reading_is_disconnected_not_buffered_for() {
     w.send(t::WORK_COMPLETE, &[h.as_bytes(), b"done"]);
     w.barrier();
     let grown_mib = rss_kib(s.pid()).saturating_sub(before) / 1024;
-    assert!(grown_mib < 48, "server grew by {grown_mib} MiB for a client that does not read");
+    assert!(
+        grown_mib < 48,
+        "server grew by {grown_mib} MiB for a client that does not read"
+    );
     // The client was cut off: draining what reached it ends in EOF, without the result.
     let mut got = 0usize;
     loop {
