@@ -95,6 +95,11 @@ enum Op {
     Disconnect {
         conn: ConnId,
     },
+    /// At most `n` jobs of queue `q` leased at once (0: no limit).
+    Limit {
+        q: usize,
+        n: u32,
+    },
 }
 
 fn pri() -> impl Strategy<Value = u32> {
@@ -143,10 +148,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (q.clone(), 0..4u64).prop_map(|(q, bound)| Op::Kick { q, bound }),
         2 => any::<u16>().prop_map(|pick| Op::KickJob { pick }),
         2 => (conn(), any::<u16>()).prop_map(|(conn, pick)| Op::Touch { conn, pick }),
-        1 => (q, prop::sample::select(vec![0u32, 1, 2])).prop_map(|(q, secs)| Op::Pause { q, secs }),
+        1 => (q.clone(), prop::sample::select(vec![0u32, 1, 2])).prop_map(|(q, secs)| Op::Pause { q, secs }),
         4 => prop::sample::select(vec![0u64, 1, 400, 999, 1000, 1500, 2500])
             .prop_map(|ms| Op::Advance { ms }),
         1 => conn().prop_map(|conn| Op::Disconnect { conn }),
+        1 => (q, prop::sample::select(vec![0u32, 1, 2])).prop_map(|(q, n)| Op::Limit { q, n }),
     ]
 }
 
@@ -180,6 +186,8 @@ struct MJob {
 struct Model {
     jobs: Vec<MJob>,
     paused_until: [Millis; QUEUES],
+    /// Lease limits per queue (0: none); a reserve skips a queue at its limit.
+    limits: [u32; QUEUES],
     next_id: JobId,
     bury_seq: u64,
     job_timeouts: u64,
@@ -191,6 +199,7 @@ impl Model {
         Model {
             jobs: Vec::new(),
             paused_until: [0; QUEUES],
+            limits: [0; QUEUES],
             next_id: 1,
             bury_seq: 0,
             job_timeouts: 0,
@@ -262,6 +271,16 @@ impl Model {
         self.paused_until[q] > now
     }
 
+    /// Whether a reserve may take another job of `q` (its lease limit not reached).
+    fn has_room(&self, q: usize) -> bool {
+        let leased = self
+            .jobs
+            .iter()
+            .filter(|j| j.queue == q && j.state == JobState::Reserved)
+            .count() as u32;
+        self.limits[q] == 0 || leased < self.limits[q]
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn reserve(
         &mut self,
@@ -274,7 +293,7 @@ impl Model {
     ) -> ReserveOutcome {
         let candidate = if in_order {
             queues.iter().find_map(|&q| {
-                if self.paused(q, now) {
+                if self.paused(q, now) || !self.has_room(q) {
                     return None;
                 }
                 self.jobs
@@ -290,6 +309,7 @@ impl Model {
                     j.state == JobState::Ready
                         && queues.contains(&j.queue)
                         && !self.paused(j.queue, now)
+                        && self.has_room(j.queue)
                 })
                 .map(|j| (j.pri, j.id))
                 .min()
@@ -600,6 +620,10 @@ impl World {
                 m.disconnect(*conn);
                 e.disconnect(*conn, now);
             }
+            Op::Limit { q, n } => {
+                m.limits[*q] = *n;
+                e.set_lease_limit(self.queues[*q], *n, now);
+            }
         }
         let mut got: Vec<Notice> = e.take_notices().collect();
         got.sort_by_key(notice_key);
@@ -729,9 +753,12 @@ fn pick_id(m: &Model, pick: u16) -> JobId {
 }
 
 fn m_has_ready(m: &Model, queues: &[usize], now: Millis) -> bool {
-    m.jobs
-        .iter()
-        .any(|j| j.state == JobState::Ready && queues.contains(&j.queue) && !m.paused(j.queue, now))
+    m.jobs.iter().any(|j| {
+        j.state == JobState::Ready
+            && queues.contains(&j.queue)
+            && !m.paused(j.queue, now)
+            && m.has_room(j.queue)
+    })
 }
 
 fn notice_key(n: &Notice) -> (ConnId, String) {
@@ -1101,6 +1128,7 @@ impl Waits {
                         e.disconnect(*conn, now);
                         self.waits.remove(conn);
                     }
+                    Op::Limit { q, n } => e.set_lease_limit(qs[*q], *n, now),
                 }
             }
         }
@@ -1133,6 +1161,12 @@ impl Waits {
                     let job = self.engine.job(id).unwrap();
                     prop_assert!(wait.queues.contains(&job.queue));
                     prop_assert!(!self.engine.queue(job.queue).is_paused(now));
+                    let queue = self.engine.queue(job.queue);
+                    prop_assert!(
+                        queue.lease_limit == 0 || queue.reserved <= queue.lease_limit,
+                        "{:?}: served past the lease limit",
+                        n
+                    );
                 }
                 NoticeKind::Wake => prop_assert_eq!(wait.mode, WaitMode::WakeOnly),
                 NoticeKind::TimedOut => {

@@ -525,3 +525,29 @@ fn list_tubes_moves_the_last_tube_into_a_removed_ones_slot() {
     c.check("watch e", "WATCHING 5");
     assert_eq!(c.list("list-tubes"), ["default", "d", "b", "c", "e"]);
 }
+
+/// beanstalkd counts whole seconds with a nanosecond clock, so a 10 s lease asked about at
+/// once has 9 left (pheanstalk's testTouch relies on it); so do a touch, a delayed job and
+/// a paused tube.
+#[test]
+fn time_left_asked_at_once_counts_as_beanstalkd_does() {
+    let (s, _dir) = serve();
+    let mut c = s.client();
+    c.send("put 1 0 10 1\r\nx\r\nreserve\r\nstats-job 1\r\n");
+    c.expect("INSERTED 1");
+    c.read_job("RESERVED");
+    let st: BTreeMap<_, _> = parse_dict(&c.read_ok()).into_iter().collect();
+    assert_eq!(st["time-left"], "9");
+    c.send("touch 1\r\nstats-job 1\r\n");
+    c.expect("TOUCHED");
+    let st: BTreeMap<_, _> = parse_dict(&c.read_ok()).into_iter().collect();
+    assert_eq!(st["time-left"], "9");
+    c.send("put 1 5 10 1\r\ny\r\nstats-job 2\r\n");
+    c.expect("INSERTED 2");
+    let st: BTreeMap<_, _> = parse_dict(&c.read_ok()).into_iter().collect();
+    assert_eq!(st["time-left"], "4");
+    c.send("pause-tube default 10\r\nstats-tube default\r\n");
+    c.expect("PAUSED");
+    let st: BTreeMap<_, _> = parse_dict(&c.read_ok()).into_iter().collect();
+    assert_eq!(st["pause-time-left"], "9");
+}
