@@ -90,6 +90,11 @@ workloads() {
     echo "drain|beanstalk drain --conns 8 --workers 8 --size 100 --count $drain --duration 60"
     echo "e2e|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION"
     echo "e2e-rate|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate $rate"
+    if [ "$class" = fast ]; then
+      # Moderate load, where a user's CPU bill is decided (docs/performance.md).
+      echo "e2e-1k|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate 1000"
+      echo "e2e-5k|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate 5000"
+    fi
   else
     echo "submit-bg|gearman submit-bg --conns 8 --pipeline 32 --size 100 --count $PUT_MAX --duration $DURATION"
     echo "drain|gearman drain --conns 8 --workers 8 --size 100 --count $gdrain --duration 60"
@@ -147,6 +152,11 @@ for round in $(seq 1 "$ROUNDS"); do
         continue
       fi
       run_one "$round" "$pair" jobyard "$jkind" "$jmode" "$wl" "$args"
+      # The floor in the same round, for the request/response workloads of one pairing
+      # (its cost does not depend on durability modes).
+      if [ "$pair" = bs-mem ] && [ "$wl" != put ]; then
+        run_one "$round" "$pair" floor floor - "$wl" "$args"
+      fi
     done < <(workloads "$proto" "$class")
   done
 done

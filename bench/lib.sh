@@ -55,7 +55,7 @@ wait_port() {
 }
 
 # server_cmd KIND MODE DIR PORT: prints the command line (one word a line) of a server.
-#   KIND: beanstalkd | gearmand | jobyard-beanstalk | jobyard-gearman
+#   KIND: beanstalkd | gearmand | jobyard-beanstalk | jobyard-gearman | floor
 #   MODE: beanstalkd: mem | binlog | fsync; gearmand: mem | sqlite;
 #         jobyard: never | interval=MS | always
 server_cmd() {
@@ -81,6 +81,9 @@ server_cmd() {
       echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen "127.0.0.1:$port" --fsync "$mode" $extra ;;
     jobyard-gearman)
       echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen off --gearman-listen "127.0.0.1:$port" --fsync "$mode" ;;
+    floor)
+      # The kernel floor: one-thread epoll responder, no job state beyond a FIFO (MODE unused).
+      echo "$JB" floor --listen "127.0.0.1:$port" ;;
     *) die "server kind $kind" ;;
   esac
 }

@@ -23,10 +23,12 @@ WORKLOADS = {
     "drain": "drain: 8 consumers reserve→delete",
     "e2e": "e2e 8 producers + 8 consumers",
     "e2e-rate": "e2e at a fixed rate",
+    "e2e-1k": "e2e at 1,000/s",
+    "e2e-5k": "e2e at 5,000/s",
     "submit-bg": "SUBMIT_JOB_BG 8 clients × pipeline 32",
     "roundtrip": "SUBMIT_JOB round trip, 8 clients + 8 workers",
 }
-WL_ORDER = ["put", "submit-bg", "drain", "e2e", "e2e-rate", "roundtrip"]
+WL_ORDER = ["put", "submit-bg", "drain", "e2e", "e2e-1k", "e2e-5k", "e2e-rate", "roundtrip"]
 
 
 def med(xs):
@@ -153,6 +155,43 @@ def runs_table(path, nproc, has_gearman):
     return out
 
 
+def floor_table(path):
+    """Server CPU per job against the floor (a one-thread epoll responder with no job state),
+    measured in the same rounds as beanstalkd and jobyard."""
+    runs = [json.loads(line) for line in open(path) if line.strip()]
+    by = defaultdict(list)
+    for r in runs:
+        if "error" not in r and r.get("jobs") and not r.get("errors"):
+            by[(r["pair"], r["wl"], r["side"])].append(r)
+    rows = []
+    for wl in WL_ORDER:
+        floor = by.get(("bs-mem", wl, "floor"), [])
+        if not floor:
+            continue
+        m = lambda rs: med([r.get("server_cpu_us_per_job") for r in rs])  # noqa: E731
+        f, p, j = m(floor), m(by.get(("bs-mem", wl, "peer"), [])), m(by.get(("bs-mem", wl, "jobyard"), []))
+        label = WORKLOADS[wl]
+        if wl == "e2e-rate":
+            label = f"e2e at {fmt(floor[0].get('rate'))}/s"
+        rows.append(
+            f"| {label} | {fmt(f, 2)} | {fmt(p, 2)} | {fmt_ratio(ratio(p, f))} | {fmt(j, 2)} "
+            f"| {fmt_ratio(ratio(j, f))} | {fmt_ratio(ratio(j, p))} |"
+        )
+    if not rows:
+        return []
+    return [
+        "## Against the floor (server CPU µs per job; beanstalkd in memory, jobyard --fsync never)",
+        "",
+        "| workload | floor | beanstalkd | ÷ floor | jobyard | ÷ floor | jobyard ÷ beanstalkd |",
+        "|" + "---|" * 7,
+        *rows,
+        "",
+        "The floor (`jobyard-bench floor`) answers the same protocol bytes from one thread with "
+        "epoll and keeps nothing but a FIFO of bodies: its CPU per job is the kernel's loopback "
+        "and syscall cost, which no server can go under.",
+    ]
+
+
 def memory_table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     out = ["## Memory and restart", ""]
@@ -194,6 +233,10 @@ def main():
     ap.add_argument("--has-gearman", type=int, default=0)
     a = ap.parse_args()
     lines = runs_table(a.runs, a.nproc, a.has_gearman)
+    floor = floor_table(a.runs)
+    if floor:
+        lines.append("")
+        lines.extend(floor)
     if a.memory:
         lines.append("")
         lines.extend(memory_table(a.memory))

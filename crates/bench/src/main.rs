@@ -7,6 +7,7 @@
 
 mod beanstalk;
 mod conn;
+mod floor;
 mod gearman;
 mod hist;
 mod procfs;
@@ -43,6 +44,13 @@ enum Cmd {
     },
     /// Wait until a (re)starting server has COUNT jobs ready; print the time since --since-ns.
     WaitReady(WaitArgs),
+    /// Run the floor: a one-thread epoll responder with just enough of the beanstalkd
+    /// protocol for the workloads and no other work, to measure servers against.
+    Floor {
+        /// Where to listen (loopback); the bound address is printed first.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -220,6 +228,18 @@ fn main() {
             })
         }
         Cmd::WaitReady(w) => wait_ready(w),
+        Cmd::Floor { listen } => {
+            let addr = conn::loopback(&listen).unwrap_or_else(|e| fail(&e));
+            let listener =
+                std::net::TcpListener::bind(addr).unwrap_or_else(|e| fail(&e.to_string()));
+            let bound = listener
+                .local_addr()
+                .unwrap_or_else(|e| fail(&e.to_string()));
+            println!("floor listening on {bound}");
+            if let Err(e) = floor::run(listener) {
+                fail(&format!("floor: {e}"));
+            }
+        }
     }
 }
 
