@@ -34,9 +34,10 @@ pub(crate) fn run(server: &Arc<Server>, conn: ConnId, line: &[u8], out: &mut Byt
                 out.put_slice(&unknown_reply(b"shutdown"));
             } else {
                 tracing::info!(
-                    "gearman admin `shutdown{}` from connection {}",
-                    if graceful { " graceful" } else { "" },
-                    conn
+                    conn,
+                    protocol = "gearman",
+                    graceful,
+                    "admin `shutdown`: stopping the server"
                 );
                 out.put_slice(b"OK\r\n");
                 server.request_shutdown();

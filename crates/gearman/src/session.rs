@@ -197,7 +197,7 @@ impl Session {
                 if let Some((code, text)) = f.reply() {
                     put_error(out, code, text);
                 }
-                tracing::debug!("gearman connection {}: closing: {f:?}", self.conn);
+                tracing::debug!(conn = self.conn, protocol = "gearman", reason = ?f, "closing");
                 Outcome::Close
             }
         }

@@ -53,8 +53,10 @@ pub async fn serve_stream<P, R, W>(
         protocol: protocol.clone(),
         shutdown,
     };
-    if let Err(e) = link.run(&mut session).await {
-        tracing::debug!("{} connection {conn} ({}): {e}", protocol.name(), peer.addr);
+    tracing::debug!(conn, protocol = protocol.name(), peer = %peer.addr, "connected");
+    match link.run(&mut session).await {
+        Ok(()) => tracing::debug!(conn, protocol = protocol.name(), "closed"),
+        Err(e) => tracing::debug!(conn, protocol = protocol.name(), error = %e, "closed"),
     }
     session.close();
     broker.disconnect(conn);

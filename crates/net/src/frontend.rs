@@ -50,7 +50,7 @@ pub fn serve(front_ends: Vec<Box<dyn FrontEnd>>, gate: &Gate) -> Vec<JoinHandle<
     front_ends
         .into_iter()
         .map(|f| {
-            tracing::info!("{} protocol listening on {}", f.name(), f.describe());
+            tracing::info!(protocol = f.name(), addr = %f.describe(), "listening");
             f.start(gate.clone())
         })
         .collect()

@@ -133,6 +133,7 @@ pub fn parse(args: &[String]) -> Compat {
         salvage: false,
         user,
         verbosity,
+        log_format: Default::default(),
         threads: None,
         gearman_listen: None,
         gearman: Default::default(),

@@ -300,6 +300,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             salvage: false,
             user,
             verbosity,
+            log_format: Default::default(),
             threads,
             gearman_listen: Some(listen),
             gearman: Box::new(gearman),

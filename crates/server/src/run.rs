@@ -9,14 +9,14 @@ use jobyard_net::{listen, FrontEnd, Gate, Listener, TcpFrontEnd};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Notify;
 
-use crate::settings::Settings;
+use crate::settings::{LogFormat, Settings};
 
 /// A start-up failure: its message and the process exit code (beanstalkd's codes).
 struct Fatal(String, i32);
 
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(settings: Settings) -> i32 {
-    init_logging(settings.verbosity);
+    init_logging(settings.verbosity, settings.log_format);
     let runtime = match jobyard_net::runtime::build(settings.threads) {
         Ok(rt) => rt,
         Err(e) => {
@@ -33,7 +33,7 @@ pub fn run(settings: Settings) -> i32 {
     }
 }
 
-fn init_logging(verbosity: u8) {
+fn init_logging(verbosity: u8, format: LogFormat) {
     let default = match verbosity {
         0 => "info",
         1 => "debug",
@@ -41,11 +41,15 @@ fn init_logging(verbosity: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("JOBYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
 }
 
 fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {

@@ -29,6 +29,8 @@ pub struct Settings {
     /// Switch to this user after binding (beanstalkd `-u`).
     pub user: Option<String>,
     pub verbosity: u8,
+    /// Log lines as text for people, or as JSON objects for log shippers.
+    pub log_format: LogFormat,
     /// `None`: the Gearman listener is off.
     pub gearman_listen: Option<String>,
     /// Runtime threads serving connections; `None`: `JOBYARD_THREADS`, else one per core.
@@ -36,6 +38,16 @@ pub struct Settings {
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per event, with its fields (conn, protocol, queue, ...) as keys.
+    Json,
 }
 
 /// beanstalkd's default and jobyard's: 2^16 − 1.
@@ -92,6 +104,9 @@ pub struct ServeArgs {
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// `text` for people, `json` for log shippers (one object per event) [default: text].
+    #[arg(long, env = "JOBYARD_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
 }
 
 /// Parses `always`, `never` or `interval=<ms>`.
@@ -200,6 +215,7 @@ impl ServeArgs {
             salvage: self.salvage,
             user: None,
             verbosity: self.verbose,
+            log_format: self.log_format.unwrap_or_default(),
             threads: self.threads.filter(|&n| n > 0),
             gearman_listen: listen(
                 self.gearman_listen
