@@ -140,6 +140,25 @@ impl Engine {
         }
     }
 
+    /// Sets a ready or delayed job aside (an operator's action; a worker buries the job it
+    /// holds with [`Engine::bury`]). A leased job is left to its holder.
+    pub fn bury_job(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        if !matches!(job.state, JobState::Ready | JobState::Delayed) {
+            return false;
+        }
+        let (pri, durable) = (job.pri, job.durable);
+        self.leave_state(id);
+        self.jobs.get_mut(&id).expect("checked").buries += 1;
+        self.enter_buried(id);
+        if durable {
+            self.changes.push(Change::Bury { id, pri });
+        }
+        true
+    }
+
     fn kick_one(&mut self, id: JobId) {
         self.leave_state(id);
         let job = self.jobs.get_mut(&id).expect("kicked job exists");

@@ -399,3 +399,32 @@ fn listings_page_through_each_state_in_its_order() {
     all.sort();
     assert_eq!(all.len(), 11);
 }
+
+#[test]
+fn an_operator_buries_a_waiting_job_but_not_a_leased_one() {
+    let mut e = Engine::new();
+    let q = queue(&mut e, "q");
+    let ready = put(&mut e, q, 1);
+    let delayed = e.put(q, 1, 5, 60, Bytes::new(), true, T0).id;
+    let leased = put(&mut e, q, 0);
+    assert_eq!(take(&mut e, A, q), leased);
+    changes(&mut e);
+    assert!(e.bury_job(ready));
+    assert!(e.bury_job(delayed));
+    assert!(!e.bury_job(leased), "left to its holder");
+    assert!(!e.bury_job(ready), "already buried");
+    assert!(!e.bury_job(999));
+    assert_eq!(
+        e.list(q, JobState::Buried, None, 10).ids,
+        vec![ready, delayed]
+    );
+    assert_eq!(
+        e.next_deadline(),
+        Some(T0 + 60 * SEC),
+        "the delay timer went with it"
+    );
+    let log = changes(&mut e);
+    assert_eq!(log.len(), 2);
+    let r = replayed(e.snapshot());
+    assert_eq!(r.job(ready).unwrap().state, JobState::Buried);
+}

@@ -46,6 +46,9 @@ impl LogStats {
             .position(|&b| us <= b)
             .unwrap_or(FSYNC_BUCKETS_US.len());
         self.fsync_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        // Also to the process's metrics recorder, if one is installed (the Prometheus
+        // endpoint's histogram); a no-op otherwise. Once per sync, never per job.
+        metrics::histogram!("jobyard_log_fsync_seconds").record(took.as_secs_f64());
     }
 }
 

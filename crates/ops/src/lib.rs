@@ -1,0 +1,22 @@
+//! Operating jobyard: one view of every queue, whatever protocol fills it.
+//!
+//! [`router`] is mounted on the HTTP listener: `/metrics` (Prometheus text) and the admin
+//! JSON API under `/admin/api/` that the dashboard and `jobyard ctl` use (overview, a
+//! queue's jobs page by page, a job, and the actions: kick, delete, bury, pause, resume,
+//! drain). Everything is read from the broker: the engine's queues, the metrics registry and
+//! the log's figures; nothing here is on a job's hot path.
+
+mod admin;
+pub mod prometheus;
+
+use std::sync::Arc;
+
+use axum::Router;
+use jobyard_broker::Broker;
+
+/// The operations routes, for the HTTP listener to serve.
+pub fn router(broker: Arc<Broker>) -> Router {
+    admin::routes()
+        .merge(prometheus::routes())
+        .with_state(broker)
+}

@@ -1,0 +1,160 @@
+//! `/metrics`: the broker's registry, the engine's queues and the log's figures in the
+//! Prometheus text format, through the `metrics` facade and its Prometheus exporter.
+//!
+//! Nothing here runs per job. The hot path bumps the registry's atomics; a scrape copies
+//! them into the exporter (`absolute` for counters, `set` for gauges) and renders. The one
+//! metric recorded as it happens is the log's fsync latency histogram (once per sync, not
+//! per job), recorded by storage through the same facade.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use jobyard_broker::Broker;
+use jobyard_engine::Millis;
+use metrics::{counter, gauge};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
+
+/// Buckets (seconds) of the fsync latency histogram.
+const FSYNC_BUCKETS: [f64; 10] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process's Prometheus recorder (once; later calls return the same handle).
+/// `None` if another recorder was installed first.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("jobyard_log_fsync_seconds".into()),
+                    &FSYNC_BUCKETS,
+                )
+                .ok()?
+                // A queue that is gone stops being reported a while after its last scrape.
+                .idle_timeout(
+                    MetricKindMask::COUNTER | MetricKindMask::GAUGE,
+                    Some(Duration::from_secs(300)),
+                )
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
+pub(crate) fn routes() -> Router<Arc<Broker>> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+async fn scrape(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    let body = render(&broker);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
+
+/// The current figures in the Prometheus text format.
+pub fn render(broker: &Broker) -> String {
+    let Some(handle) = install() else {
+        return "# another metrics recorder is installed in this process\n".into();
+    };
+    record_queues(broker);
+    record_protocols(broker);
+    record_log(broker);
+    handle.render()
+}
+
+fn record_queues(broker: &Broker) {
+    let now = Broker::now();
+    let txn = broker.lock();
+    counter!("jobyard_jobs_created_total").absolute(txn.total_jobs);
+    counter!("jobyard_leases_expired_total").absolute(txn.job_timeouts);
+    for q in txn.queues() {
+        let name = String::from_utf8_lossy(&q.name).into_owned();
+        let states = [
+            ("ready", q.ready_len() as f64),
+            ("reserved", q.reserved as f64),
+            ("delayed", q.delayed_len() as f64),
+            ("buried", q.buried_len() as f64),
+        ];
+        for (state, n) in states {
+            gauge!("jobyard_queue_jobs", "queue" => name.clone(), "state" => state).set(n);
+        }
+        gauge!("jobyard_queue_waiting", "queue" => name.clone()).set(q.waiting() as f64);
+        gauge!("jobyard_queue_paused", "queue" => name.clone()).set(if q.is_paused(now) {
+            1.0
+        } else {
+            0.0
+        });
+        let head_age = q
+            .head()
+            .and_then(|(_, id)| txn.job(id))
+            .map_or(0.0, |j| age_secs(j.created, now));
+        gauge!("jobyard_queue_next_ready_age_seconds", "queue" => name.clone()).set(head_age);
+        let totals = [
+            ("jobyard_queue_jobs_created_total", q.total_jobs),
+            ("jobyard_queue_jobs_completed_total", q.total_ok),
+            ("jobyard_queue_jobs_failed_total", q.total_failed),
+            ("jobyard_queue_jobs_deleted_total", q.cmd_delete),
+            ("jobyard_queue_leases_expired_total", q.total_timeouts),
+        ];
+        for (metric, n) in totals {
+            counter!(metric, "queue" => name.clone()).absolute(n);
+        }
+    }
+}
+
+fn age_secs(created: Millis, now: Millis) -> f64 {
+    now.saturating_sub(created) as f64 / 1000.0
+}
+
+fn record_protocols(broker: &Broker) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for p in broker.metrics().protocols() {
+        let name = p.name;
+        gauge!("jobyard_connections", "protocol" => name).set(p.connections.load(Relaxed) as f64);
+        let totals = [
+            ("jobyard_connections_total", &p.connections_total),
+            ("jobyard_connections_refused_total", &p.refused),
+            ("jobyard_protocol_jobs_created_total", &p.jobs_created),
+            ("jobyard_protocol_jobs_completed_total", &p.jobs_completed),
+            ("jobyard_protocol_jobs_failed_total", &p.jobs_failed),
+        ];
+        for (metric, n) in totals {
+            counter!(metric, "protocol" => name).absolute(n.load(Relaxed));
+        }
+        for (command, n) in p.commands() {
+            counter!("jobyard_commands_total", "protocol" => name, "command" => command)
+                .absolute(n);
+        }
+    }
+    let c = &broker.metrics().compaction;
+    counter!("jobyard_compactions_total").absolute(c.runs.load(Relaxed));
+    gauge!("jobyard_compaction_pause_seconds_max").set(c.max_pause_us.load(Relaxed) as f64 / 1e6);
+    gauge!("jobyard_compaction_pause_seconds_total")
+        .set(c.pause_us_total.load(Relaxed) as f64 / 1e6);
+}
+
+fn record_log(broker: &Broker) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(log) = broker.log() else {
+        return;
+    };
+    let s = log.stats();
+    counter!("jobyard_log_records_total").absolute(s.records.load(Relaxed));
+    counter!("jobyard_log_bytes_total").absolute(s.bytes.load(Relaxed));
+    counter!("jobyard_log_writes_total").absolute(s.batches.load(Relaxed));
+    counter!("jobyard_log_fsyncs_total").absolute(s.fsyncs.load(Relaxed));
+    gauge!("jobyard_log_segment").set(log.current_segment() as f64);
+}
