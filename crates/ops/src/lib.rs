@@ -1,12 +1,14 @@
 //! Operating jobyard: one view of every queue, whatever protocol fills it.
 //!
-//! [`router`] is mounted on the HTTP listener: `/metrics` (Prometheus text) and the admin
-//! JSON API under `/admin/api/` that the dashboard and `jobyard ctl` use (overview, a
+//! [`router`] is mounted on the HTTP listener: `/metrics` (Prometheus text), the dashboard
+//! at `/` (static files embedded in the binary), and the admin JSON API under
+//! `/admin/api/` that the dashboard and `jobyard ctl` use (overview, a
 //! queue's jobs page by page, a job, and the actions: kick, delete, bury, pause, resume,
 //! drain). Everything is read from the broker: the engine's queues, the metrics registry and
 //! the log's figures; nothing here is on a job's hot path.
 
 mod admin;
+mod dashboard;
 pub mod prometheus;
 
 use std::sync::Arc;
@@ -18,5 +20,6 @@ use jobyard_broker::Broker;
 pub fn router(broker: Arc<Broker>) -> Router {
     admin::routes()
         .merge(prometheus::routes())
+        .merge(dashboard::routes())
         .with_state(broker)
 }

@@ -224,3 +224,16 @@ impl QueueIdOf for Broker {
         self.lock().queue_id(name.as_bytes()).unwrap()
     }
 }
+
+#[tokio::test]
+async fn the_dashboard_is_served_from_the_binary() {
+    let broker = Broker::in_memory();
+    let (status, html) = call(&broker, "GET", "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("/ui/app.js") && html.contains("<title>jobyard</title>"));
+    let (status, js) = call(&broker, "GET", "/ui/app.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(js.contains("/admin/api"));
+    let (status, _) = call(&broker, "GET", "/ui/style.css").await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -31,6 +31,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Manage a running server's queues over its HTTP admin API.
+    Ctl(jobyard_ctl::CtlArgs),
     /// Run as a drop-in gearmand, taking gearmand 1.1's flags (see `jobyard gearmand -h`).
     #[command(disable_help_flag = true)]
     Gearmand {
@@ -58,6 +60,7 @@ fn main() {
             }),
             Cmd::Beanstalkd { args } => beanstalkd(&args),
             Cmd::Gearmand { args } => gearmand(&args),
+            Cmd::Ctl(args) => std::process::exit(jobyard_ctl::run(args)),
         }
     };
     std::process::exit(run::run(settings));

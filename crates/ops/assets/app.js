@@ -1,0 +1,196 @@
+// jobyard's dashboard: a page per view (#/ queues, #/queue/NAME/STATE, #/job/ID,
+// #/connections), fed by the admin JSON API. Lists are paged by the server; nothing here
+// loads a whole queue.
+"use strict";
+
+const API = "/admin/api";
+const REFRESH_MS = 2000;
+// Throughput history: jobs created per interval, kept for the last 10 minutes.
+const HISTORY = [];
+const HISTORY_SPAN_MS = 10 * 60 * 1000;
+let lastTotal = null;
+let lastAt = null;
+let timer = null;
+
+const $ = (sel) => document.querySelector(sel);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const num = (n) => (n ?? 0).toLocaleString("en-US");
+const enc = encodeURIComponent;
+
+async function api(path, method = "GET") {
+  const res = await fetch(API + path, { method });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const msg = body.error ? body.error.message : res.status + " " + res.statusText;
+    throw new Error(msg);
+  }
+  return body;
+}
+
+function toast(text, bad) {
+  const t = $("#toast");
+  t.textContent = text;
+  t.className = bad ? "bad" : "";
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (t.hidden = true), 4000);
+}
+
+async function act(path, done) {
+  try {
+    await api(path, "POST");
+    toast("Done: " + path.split("/").slice(-1)[0]);
+    if (done) done();
+    route();
+  } catch (e) {
+    toast(e.message, true);
+  }
+}
+
+function record(overview) {
+  const now = Date.now();
+  if (lastTotal !== null && now > lastAt) {
+    HISTORY.push({ at: now, perSec: ((overview.jobs_created - lastTotal) * 1000) / (now - lastAt) });
+  }
+  lastTotal = overview.jobs_created;
+  lastAt = now;
+  while (HISTORY.length && now - HISTORY[0].at > HISTORY_SPAN_MS) HISTORY.shift();
+}
+
+function chart(canvas) {
+  const ctx = canvas.getContext("2d");
+  const w = (canvas.width = canvas.clientWidth);
+  const h = (canvas.height = canvas.clientHeight);
+  ctx.clearRect(0, 0, w, h);
+  const max = Math.max(1, ...HISTORY.map((p) => p.perSec));
+  ctx.strokeStyle = "#2f6fdf";
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  const now = Date.now();
+  HISTORY.forEach((p, i) => {
+    const x = w - ((now - p.at) / HISTORY_SPAN_MS) * w;
+    const y = h - 8 - (p.perSec / max) * (h - 24);
+    i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
+  });
+  ctx.stroke();
+  ctx.fillStyle = "#6b7585";
+  ctx.fillText("jobs created/s, last 10 min (max " + max.toFixed(1) + ")", 8, 14);
+}
+
+async function queuesView() {
+  const o = await api("/overview");
+  record(o);
+  $("#status").textContent = num(o.jobs) + " jobs" + (o.draining ? " · draining" : "");
+  const rows = o.queues
+    .map(
+      (q) => `<tr data-queue="${esc(q.name)}">
+      <td><a href="#/queue/${enc(q.name)}/ready">${esc(q.name)}</a>${q.paused ? ' <span class="muted">(paused)</span>' : ""}</td>
+      <td class="num" data-k="ready">${num(q.ready)}</td><td class="num" data-k="reserved">${num(q.reserved)}</td>
+      <td class="num" data-k="delayed">${num(q.delayed)}</td><td class="num" data-k="buried">${num(q.buried)}</td>
+      <td class="num">${num(q.waiting)}</td><td class="num">${num(q.created)}</td>
+      <td class="num">${num(q.completed)}</td><td class="num">${num(q.failed)}</td>
+      <td class="num">${num(q.next_ready_age_s)} s</td></tr>`
+    )
+    .join("");
+  $("#view").innerHTML = `<h1>Queues</h1>
+    <div class="cards"><div class="card"><span class="muted">jobs</span><b id="total-jobs">${num(o.jobs)}</b></div>
+    <div class="card"><span class="muted">queues</span><b>${num(o.queues.length)}</b></div>
+    <div class="card"><span class="muted">created since start</span><b>${num(o.jobs_created)}</b></div></div>
+    <canvas id="throughput"></canvas>
+    <h2>Every queue, whatever protocol fills it</h2>
+    <table id="queues"><tr><th>queue</th><th class="num">ready</th><th class="num">reserved</th><th class="num">delayed</th>
+    <th class="num">buried</th><th class="num">waiting</th><th class="num">created</th><th class="num">completed</th>
+    <th class="num">failed</th><th class="num">next ready age</th></tr>${rows}</table>`;
+  chart($("#throughput"));
+}
+
+async function queueView(name, state, after) {
+  const page = await api(`/queues/${enc(name)}?state=${state}&limit=50${after ? "&after=" + enc(after) : ""}`);
+  const o = await api("/overview");
+  const q = o.queues.find((x) => x.name === name) || {};
+  const tabs = ["ready", "reserved", "delayed", "buried"]
+    .map((s) => `<a class="${s === state ? "on" : ""}" href="#/queue/${enc(name)}/${s}">${s} (${num(q[s])})</a>`)
+    .join("");
+  const rows = page.jobs
+    .map(
+      (j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td class="num">${j.pri}</td>
+      <td class="num">${num(j.age_s)} s</td><td class="num">${j.reserves}</td><td class="body">${esc(j.body_preview)}</td>
+      <td>${jobButtons(j)}</td></tr>`
+    )
+    .join("");
+  const more = page.next ? `<a href="#/queue/${enc(name)}/${state}/${enc(page.next)}">next page →</a>` : "";
+  $("#view").innerHTML = `<h1>Queue ${esc(name)} ${q.paused ? '<span class="muted">(paused)</span>' : ""}</h1>
+    <div class="bar">${
+      q.paused
+        ? `<button id="resume" onclick="act('/queues/${enc(name)}/resume')">Resume</button>`
+        : `<button id="pause" onclick="act('/queues/${enc(name)}/pause')">Pause</button>`
+    } <button onclick="act('/queues/${enc(name)}/kick?bound=100')">Kick 100</button></div>
+    <div class="tabs">${tabs}</div><h2></h2>
+    <table id="jobs"><tr><th>id</th><th class="num">pri</th><th class="num">age</th><th class="num">reserves</th><th>body</th><th></th></tr>${rows ||
+      '<tr><td colspan="6" class="muted">no jobs in this state</td></tr>'}</table><p>${more}</p>`;
+}
+
+function jobButtons(j) {
+  const b = [];
+  if (j.state === "buried" || j.state === "delayed") b.push(`<button onclick="act('/jobs/${j.id}/kick')">kick</button>`);
+  if (j.state === "ready" || j.state === "delayed") b.push(`<button onclick="act('/jobs/${j.id}/bury')">bury</button>`);
+  if (j.state !== "reserved") b.push(`<button class="danger" onclick="act('/jobs/${j.id}/delete')">delete</button>`);
+  return b.join(" ");
+}
+
+async function jobView(id) {
+  let j;
+  try {
+    j = await api(`/jobs/${id}`);
+  } catch (e) {
+    $("#view").innerHTML = `<h1>Job ${esc(id)}</h1><p class="muted">${esc(e.message)} — it may have finished.</p>`;
+    return;
+  }
+  const field = (k, v) => `<dt>${k}</dt><dd>${v}</dd>`;
+  $("#view").innerHTML = `<h1>Job ${j.id}</h1><div class="bar">${jobButtons(j)}</div><dl>
+    ${field("queue", `<a href="#/queue/${enc(j.queue)}/${j.state}">${esc(j.queue)}</a>`)}
+    ${field("state", esc(j.state))}${field("priority", j.pri)}${field("age", num(j.age_s) + " s")}
+    ${field("time left", num(j.time_left_s) + " s")}${field("ttr", j.ttr + " s")}${field("durable", j.durable)}
+    ${field("attempts (reserves)", j.reserves)}${field("lease timeouts", j.timeouts)}${field("releases", j.releases)}
+    ${field("buries / kicks", j.buries + " / " + j.kicks)}${field("size", num(j.size) + " B")}
+    ${j.attrs ? field("attributes", `<span class="body">${esc(j.attrs)}</span>`) : ""}
+    ${field("body", `<span class="body">${esc(j.body_preview)}${j.size > 256 ? "…" : ""}</span>`)}</dl>`;
+}
+
+async function connectionsView() {
+  const o = await api("/overview");
+  const rows = o.protocols
+    .map(
+      (p) => `<tr><td>${esc(p.name)}</td><td class="num">${num(p.connections)}</td><td class="num">${num(p.connections_total)}</td>
+      <td class="num">${num(p.refused)}</td><td class="num">${num(p.jobs_created)}</td><td class="num">${num(p.jobs_completed)}</td>
+      <td class="num">${num(p.jobs_failed)}</td></tr>`
+    )
+    .join("");
+  const log = o.log
+    ? `<h2>Log</h2><dl><dt>records</dt><dd>${num(o.log.records)}</dd><dt>bytes</dt><dd>${num(o.log.bytes)}</dd>
+      <dt>writes (group commits)</dt><dd>${num(o.log.writes)}</dd><dt>fsyncs</dt><dd>${num(o.log.fsyncs)}</dd>
+      <dt>segment</dt><dd>${o.log.segment}</dd></dl>`
+    : "<p class=muted>memory only: no log</p>";
+  $("#view").innerHTML = `<h1>Connections and workers per protocol</h1>
+    <table id="protocols"><tr><th>protocol</th><th class="num">open</th><th class="num">since start</th><th class="num">refused</th>
+    <th class="num">jobs created</th><th class="num">completed</th><th class="num">failed</th></tr>${rows}</table>${log}`;
+}
+
+async function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  clearTimeout(timer);
+  try {
+    if (parts[0] === "queue" && parts[1]) await queueView(parts[1], parts[2] || "ready", parts[3]);
+    else if (parts[0] === "job" && parts[1]) await jobView(parts[1]);
+    else if (parts[0] === "connections") await connectionsView();
+    else await queuesView();
+  } catch (e) {
+    $("#view").innerHTML = `<p class="muted">${esc(e.message)}</p>`;
+  }
+  // Live counts: the overview and connections refresh themselves; listings do on demand.
+  if (!parts[0] || parts[0] === "connections") timer = setTimeout(route, REFRESH_MS);
+}
+
+window.act = act;
+window.addEventListener("hashchange", route);
+route();
