@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use jobyard_engine::Change;
 
-use crate::codec::encode_change;
+use crate::codec::{encode_change, encode_segment_end};
 use crate::files::{
-    header, list, segment_path, snapshot_path, sync_dir, DataFile, SEGMENT_MAGIC, SNAPSHOT_END,
-    SNAPSHOT_MAGIC,
+    create_segment, free_bytes, header, list, preallocate, release_preallocation, segment_path,
+    snapshot_path, sync_dir, DataFile, HEADER_LEN, SNAPSHOT_END, SNAPSHOT_MAGIC,
 };
 use crate::Lsn;
 
@@ -37,6 +37,20 @@ pub struct LogOptions {
     pub fsync: FsyncMode,
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
+}
+
+impl LogOptions {
+    /// Space kept back at the end of each segment for records that do not add jobs
+    /// (deletes, releases, buries, kicks): when no new segment can be made, new jobs are
+    /// refused but these still fit, so consumers keep working on a full disk.
+    pub fn reserve_bytes(&self) -> u64 {
+        (self.segment_bytes / 8).clamp(64 << 10, 8 << 20)
+    }
+
+    /// Disk space reserved for a segment when it is created.
+    fn preallocated(&self) -> u64 {
+        self.segment_bytes + self.reserve_bytes()
+    }
 }
 
 impl Default for LogOptions {
@@ -102,6 +116,15 @@ struct Shared {
     snapshot_running: AtomicBool,
     records_written: AtomicU64,
     current_segment: AtomicU64,
+    /// Whether new jobs may be logged: false while no new segment can be made or writes
+    /// fail. Read by producers before they add a job (an atomic load, nothing more).
+    accepting: AtomicBool,
+    /// A write is failing and being retried: waiters must not block on the writer lock.
+    failing: AtomicBool,
+    /// Set by [`Log::close`]: a write that keeps failing is given up after a while.
+    closing: AtomicBool,
+    /// The last snapshot failed (logged once, not at every attempt).
+    snapshot_failing: AtomicBool,
     on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     /// The open segment and the writer's scratch state. Held while writing a batch: by the
     /// writer thread, or (when replies need only `write(2)`) by a connection writing inline.
@@ -113,6 +136,11 @@ struct WriterState {
     spare: Vec<u8>,
     last_sync: Instant,
     unsynced: bool,
+    /// No new segment could be made (or its space reserved): new jobs are refused and
+    /// other records go into the current segment's reserve.
+    full: bool,
+    /// When making a segment was last tried while `full`.
+    last_probe: Instant,
 }
 
 /// The append side of the log, shared by every connection.
@@ -130,7 +158,18 @@ impl Log {
         options: LogOptions,
         on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     ) -> io::Result<Log> {
-        let segment = Segment::create(dir, first_segment)?;
+        let (segment, full) = match Segment::create(dir, first_segment, options.preallocated()) {
+            Ok(segment) => (segment, false),
+            // Start on a full disk anyway: reads and deletes work, new jobs wait for room.
+            Err(e) if is_no_space(&e) => (Segment::create(dir, first_segment, 0)?, true),
+            Err(e) => return Err(e),
+        };
+        if full {
+            tracing::warn!("{}", NO_ROOM_MESSAGE);
+        }
+        if first_segment > 1 {
+            seal_previous(dir, first_segment - 1, options.preallocated());
+        }
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,
@@ -140,12 +179,18 @@ impl Log {
             snapshot_running: AtomicBool::new(false),
             records_written: AtomicU64::new(0),
             current_segment: AtomicU64::new(first_segment),
+            accepting: AtomicBool::new(!full),
+            failing: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            snapshot_failing: AtomicBool::new(false),
             on_durable,
             writer: Mutex::new(WriterState {
                 segment,
                 spare: Vec::new(),
                 last_sync: Instant::now(),
                 unsynced: false,
+                full,
+                last_probe: Instant::now(),
             }),
         });
         let worker = shared.clone();
@@ -191,11 +236,35 @@ impl Log {
         if self.durable() >= lsn {
             return true;
         }
+        if self.shared.failing.load(Ordering::Acquire) {
+            // The writer thread is retrying a failed write under the writer lock: wait
+            // for it asynchronously instead of blocking this thread on the lock.
+            return false;
+        }
         let mut w = self.shared.writer.lock().expect("log writer lock");
         if self.durable() < lsn {
             write_batch(&self.shared, &mut w, false);
         }
         true
+    }
+
+    /// Whether a new job whose record takes about `bytes` may be added now. False while
+    /// the disk has no room for a new segment or log writes fail: the caller should refuse
+    /// the job (beanstalkd `OUT_OF_MEMORY`, Gearman `ERROR`) rather than add it and leave
+    /// its producer waiting. Records that do not add jobs need no such check: they fit in
+    /// the space each segment keeps in reserve.
+    ///
+    /// For a usual job this is one atomic load. A job too large for the reserve to absorb
+    /// also asks the file system for its free space.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        if !self.shared.accepting.load(Ordering::Relaxed) {
+            return false;
+        }
+        let reserve = self.shared.options.reserve_bytes();
+        if (bytes as u64) < (reserve / 4).min(1 << 20) {
+            return true;
+        }
+        free_bytes(&self.shared.dir).map_or(true, |free| free >= bytes as u64 + reserve)
     }
 
     /// Everything up to this LSN may be acknowledged.
@@ -241,6 +310,10 @@ impl Log {
     /// copy the engine a chunk at a time instead of stopping it for the whole copy.
     /// `next_id` must be the engine's at this call or later.
     pub fn begin_snapshot(&self, next_id: u64) -> Option<SnapshotFeed> {
+        // A snapshot starts a new segment, which a full disk has no room for.
+        if !self.shared.accepting.load(Ordering::Relaxed) {
+            return None;
+        }
         if self.shared.snapshot_running.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -269,9 +342,14 @@ impl Log {
 
     /// Writes and syncs everything appended, then stops the writer. Later appends are
     /// never written, so call it only once nothing else will be acknowledged.
+    ///
+    /// If the log cannot be written (disk full, I/O error), it keeps trying for
+    /// [`CLOSE_GIVE_UP`] and then stops anyway: what was not written was never
+    /// acknowledged, and what was acknowledged is already on disk.
     pub fn close(&self) {
         let thread = self.thread.lock().expect("log thread lock").take();
         if let Some(thread) = thread {
+            self.shared.closing.store(true, Ordering::Release);
             self.shared.pending.lock().expect("log lock").shutdown = true;
             self.shared.wake.notify_one();
             let _ = thread.join();
@@ -285,27 +363,36 @@ impl Drop for Log {
     }
 }
 
+/// How long [`Log::close`] keeps retrying a write that fails before it stops anyway.
+pub const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
+
+/// While the disk is full, how often making a new segment is tried again.
+const SPACE_PROBE: Duration = Duration::from_millis(250);
+
+const NO_ROOM_MESSAGE: &str = "the disk has no room for a new log segment: new jobs are \
+    refused (OUT_OF_MEMORY / Gearman ERROR) until it has; deletes and other changes of \
+    stored jobs go on in the space kept in reserve";
+
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
 struct Segment {
     file: File,
     seq: u64,
     len: u64,
+    /// Up to here the file's blocks are reserved: appends below it cannot run out of space.
+    reserved_to: u64,
 }
 
 impl Segment {
-    fn create(dir: &Path, seq: u64) -> io::Result<Segment> {
-        let path = segment_path(dir, seq);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)?;
-        file.write_all(&header(SEGMENT_MAGIC, seq))?;
-        file.sync_all()?;
-        sync_dir(dir)?;
+    fn create(dir: &Path, seq: u64, prealloc: u64) -> io::Result<Segment> {
+        let file = create_segment(dir, seq, prealloc)?;
         Ok(Segment {
             file,
             seq,
-            len: crate::files::HEADER_LEN as u64,
+            len: HEADER_LEN as u64,
+            reserved_to: prealloc.max(HEADER_LEN as u64),
         })
     }
 
@@ -327,22 +414,36 @@ impl Segment {
             }
         }
     }
+
+    /// Closes the segment for good once its successor `next` exists: names it in an end
+    /// record (so recovery notices if it goes missing), syncs, and gives back the space
+    /// reserved past the end.
+    fn seal(&mut self, next: u64) {
+        let mut end = Vec::with_capacity(32);
+        encode_segment_end(next, &mut end);
+        // Without the end record recovery merely cannot check for the successor: not
+        // worth failing over.
+        let _ = self.write(&end);
+        sync_or_die(self);
+        release_preallocation(&self.file, self.len, self.reserved_to);
+    }
 }
 
-fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => {
-                tracing::error!(
-                    "log {what} failed: {e}; retrying (nothing is acknowledged until it succeeds)"
-                );
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
+/// Seals the segment the previous run wrote last, now that a successor exists (see
+/// [`Segment::seal`]). It was recovered, and torn records cut off, just before.
+fn seal_previous(dir: &Path, seq: u64, reserved: u64) {
+    let path = segment_path(dir, seq);
+    let Ok(file) = OpenOptions::new().append(true).open(&path) else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else { return };
+    let mut segment = Segment {
+        file,
+        seq,
+        len: meta.len(),
+        reserved_to: meta.len() + reserved,
+    };
+    segment.seal(seq + 1);
 }
 
 /// Syncs a segment, or ends the process if that fails.
@@ -370,7 +471,8 @@ fn fsync_failed(e: &io::Error) -> ! {
 const NEVER_MODE_SWEEP: Duration = Duration::from_millis(50);
 
 /// The writer thread: writes whatever accumulates (every batch in `always` mode, where it
-/// also syncs), performs the periodic sync of `interval` mode, and flushes at shutdown.
+/// also syncs), performs the periodic sync of `interval` mode, retries making a segment
+/// while the disk is full, and flushes at shutdown.
 fn write_loop(shared: Arc<Shared>) {
     let interval = match shared.options.fsync {
         FsyncMode::Interval(every) => Some(every),
@@ -381,7 +483,16 @@ fn write_loop(shared: Arc<Shared>) {
         let shutdown = {
             let mut p = shared.pending.lock().expect("log lock");
             while p.buf.is_empty() && p.snapshot.is_none() && !p.shutdown {
-                match interval {
+                // While the disk is full nobody appends new jobs, so the thread wakes on
+                // its own to find out whether space came back.
+                let full = !shared.accepting.load(Ordering::Relaxed);
+                let timeout = match (interval, full) {
+                    (Some(every), true) => Some(every.min(SPACE_PROBE)),
+                    (Some(every), false) => Some(every),
+                    (None, true) => Some(SPACE_PROBE),
+                    (None, false) => None,
+                };
+                match timeout {
                     Some(every) => {
                         let (guard, timeout) =
                             shared.wake.wait_timeout(p, every).expect("log lock");
@@ -397,7 +508,12 @@ fn write_loop(shared: Arc<Shared>) {
         };
         let file_to_flush = {
             let mut w = shared.writer.lock().expect("log writer lock");
-            write_batch(&shared, &mut w, shutdown);
+            if !write_batch(&shared, &mut w, shutdown) {
+                // Closing, and the log could not be written for CLOSE_GIVE_UP: stop. What
+                // is left was never acknowledged.
+                release_preallocation(&w.segment.file, w.segment.len, w.segment.reserved_to);
+                return;
+            }
             match interval {
                 Some(every) if w.unsynced && w.last_sync.elapsed() >= every => {
                     w.unsynced = false;
@@ -418,6 +534,7 @@ fn write_loop(shared: Arc<Shared>) {
         if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
             let w = shared.writer.lock().expect("log writer lock");
             sync_or_die(&w.segment);
+            release_preallocation(&w.segment.file, w.segment.len, w.segment.reserved_to);
             return;
         }
     }
@@ -437,8 +554,9 @@ fn start_writeback(file: &File) {
 }
 
 /// Writes everything pending with one `write(2)`, syncs if the mode asks for it, and
-/// advances the durable position. Called with the writer lock held.
-fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
+/// advances the durable position. Called with the writer lock held. Returns false only
+/// when closing and the write kept failing for [`CLOSE_GIVE_UP`] (nothing was advanced).
+fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> bool {
     let (upto, snapshot, records) = {
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
@@ -446,19 +564,26 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
         (p.appended, p.snapshot.take(), p.appended - durable)
     };
     let data = std::mem::take(&mut w.spare);
-    match snapshot {
+    let written = match snapshot {
         Some(req) => {
-            retry("write", || w.segment.write(&data[..req.at]));
-            sync_or_die(&w.segment);
-            let next = w.segment.seq + 1;
-            w.segment = retry("segment create", || Segment::create(&shared.dir, next));
-            shared
-                .current_segment
-                .store(w.segment.seq, Ordering::Relaxed);
-            retry("write", || w.segment.write(&data[req.at..]));
-            spawn_snapshot(shared, w.segment.seq, req);
+            let at = req.at;
+            write_data(shared, w, &data[..at]) && {
+                match rotate(shared, w) {
+                    Ok(()) => spawn_snapshot(shared, w.segment.seq, req),
+                    Err(e) => {
+                        // Dropping the request abandons the snapshot: its feeder stops.
+                        drop(req);
+                        note_space(shared, w, Some(&e));
+                        shared.snapshot_running.store(false, Ordering::Release);
+                    }
+                }
+                write_data(shared, w, &data[at..])
+            }
         }
-        None => retry("write", || w.segment.write(&data)),
+        None => write_data(shared, w, &data),
+    };
+    if !written {
+        return false;
     }
     let must_sync = match shared.options.fsync {
         FsyncMode::Always => !data.is_empty(),
@@ -486,13 +611,100 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
     if w.spare.capacity() > 16 << 20 {
         w.spare = Vec::new();
     }
-    if w.segment.len >= shared.options.segment_bytes {
-        sync_or_die(&w.segment);
-        let next = w.segment.seq + 1;
-        w.segment = retry("segment create", || Segment::create(&shared.dir, next));
-        shared
-            .current_segment
-            .store(w.segment.seq, Ordering::Relaxed);
+    let due = w.segment.len >= shared.options.segment_bytes;
+    if (due && !w.full) || (w.full && w.last_probe.elapsed() >= SPACE_PROBE) {
+        w.last_probe = Instant::now();
+        let made = rotate(shared, w);
+        note_space(shared, w, made.as_ref().err());
+    }
+    true
+}
+
+/// Starts the next segment: made (with its space reserved) before the current one is
+/// sealed, so a crash in between leaves two whole segments. Nothing changes on failure.
+fn rotate(shared: &Shared, w: &mut WriterState) -> io::Result<()> {
+    let next = w.segment.seq + 1;
+    let segment = Segment::create(&shared.dir, next, shared.options.preallocated())?;
+    let mut old = std::mem::replace(&mut w.segment, segment);
+    old.seal(next);
+    shared.current_segment.store(next, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Records whether the disk has room for new segments (`problem` is why not), logging
+/// only when that changes, and tells producers through [`Log::has_room`].
+fn note_space(shared: &Shared, w: &mut WriterState, problem: Option<&io::Error>) {
+    let full = problem.is_some();
+    if full != w.full {
+        match problem {
+            Some(e) if is_no_space(e) => tracing::warn!("{NO_ROOM_MESSAGE} ({e})"),
+            Some(e) => tracing::error!(
+                "cannot make a new log segment: {e}; new jobs are refused until it can be made"
+            ),
+            None => tracing::info!("the disk has room for the log again: accepting new jobs"),
+        }
+        w.full = full;
+    }
+    let writes_fail = shared.failing.load(Ordering::Relaxed);
+    shared
+        .accepting
+        .store(!w.full && !writes_fail, Ordering::Relaxed);
+}
+
+/// Appends `data` to the current segment, reserving space first if it runs past what
+/// is reserved. A failing write is retried with back-off (nothing after it is
+/// acknowledged meanwhile, and new jobs are refused), logged when it starts failing and
+/// when it works again. Returns false if the log is closing and it failed for
+/// [`CLOSE_GIVE_UP`].
+fn write_data(shared: &Shared, w: &mut WriterState, data: &[u8]) -> bool {
+    if data.is_empty() {
+        return true;
+    }
+    let end = w.segment.len + data.len() as u64;
+    if end > w.segment.reserved_to {
+        let want = end + shared.options.reserve_bytes();
+        let from = w.segment.reserved_to;
+        match preallocate(&w.segment.file, from, want - from) {
+            Ok(()) => w.segment.reserved_to = want,
+            // Written anyway: the file system may still find the blocks.
+            Err(e) => note_space(shared, w, Some(&e)),
+        }
+    }
+    let mut delay = Duration::from_millis(10);
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        match w.segment.write(data) {
+            Ok(()) => {
+                if shared.failing.swap(false, Ordering::AcqRel) {
+                    tracing::info!("log writes work again");
+                    let full = w.full;
+                    shared.accepting.store(!full, Ordering::Relaxed);
+                }
+                return true;
+            }
+            Err(e) => {
+                if !shared.failing.swap(true, Ordering::AcqRel) {
+                    shared.accepting.store(false, Ordering::Relaxed);
+                    tracing::error!(
+                        "log write failed: {e}; retrying until it works (new jobs are refused; \
+                         nothing after it is acknowledged until it is written)"
+                    );
+                }
+                if shared.closing.load(Ordering::Acquire) {
+                    let at = *give_up_at.get_or_insert_with(|| Instant::now() + CLOSE_GIVE_UP);
+                    if Instant::now() >= at {
+                        tracing::error!(
+                            "shutting down with {} bytes of log records unwritten ({e}); they \
+                             were never acknowledged",
+                            data.len()
+                        );
+                        return false;
+                    }
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+        }
     }
 }
 
@@ -505,12 +717,22 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
             let shared = shared_for_thread;
             match write_snapshot(&shared.dir, seq, req.feed, req.next_id) {
                 Ok(jobs) => {
+                    if shared.snapshot_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!("snapshots work again");
+                    }
                     tracing::info!("snapshot {seq} written ({jobs} jobs); older log files removed")
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     tracing::info!("snapshot {seq} abandoned; the log keeps all segments")
                 }
-                Err(e) => tracing::error!("snapshot {seq} failed: {e}; the log keeps all segments"),
+                // Compaction tries again every second: say it once, not every time.
+                Err(e) if shared.snapshot_failing.swap(true, Ordering::Relaxed) => {
+                    tracing::debug!("snapshot {seq} failed again: {e}")
+                }
+                Err(e) => tracing::error!(
+                    "snapshot {seq} failed: {e}; the log keeps all segments (tried again \
+                     later; logged again when it works)"
+                ),
             }
             shared.snapshot_running.store(false, Ordering::Release);
         });
