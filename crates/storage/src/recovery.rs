@@ -130,8 +130,9 @@ pub fn recover(
         report.snapshot = Some(seq);
         report.next_segment = seq;
     }
-    // Whether the segment before the one being read named it as its successor.
-    let mut named = start > 0;
+    // Whether the segment being read must have been whole once: named as its successor by
+    // the segment before it, or the first (made whole before any snapshot or record).
+    let mut named = true;
     for (i, &(seq, path)) in segments.iter().enumerate() {
         let last = i + 1 == segments.len();
         let read = read_segment(path, seq, last, named, salvage, &mut report, &mut apply)?;
