@@ -85,7 +85,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
         session: &mut Session,
         shutdown: &mut watch::Receiver<bool>,
     ) -> io::Result<()> {
-        let mut decoder = Decoder::new(self.server.max_job_size);
+        let mut decoder =
+            Decoder::with_budget(self.server.max_job_size, self.server.inflight.clone());
         loop {
             let mut lsn: Lsn = 0;
             while let Some(req) = decoder.decode(&mut self.rbuf) {

@@ -13,6 +13,7 @@ mod stats;
 
 use std::sync::Arc;
 
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::Broker;
 
 pub use connection::{handle, handle_unix};
@@ -26,11 +27,18 @@ pub struct Server {
     pub max_job_size: u32,
     /// Reported as `binlog-max-size`.
     pub segment_bytes: u64,
+    /// Bytes of unfinished put bodies all connections may buffer (shared with Gearman).
+    pub inflight: Arc<InflightBudget>,
 }
 
 impl Server {
     /// Creates the listener's state and pins `default`, which beanstalkd always has.
-    pub fn new(broker: Arc<Broker>, max_job_size: u32, segment_bytes: u64) -> Arc<Server> {
+    pub fn new(
+        broker: Arc<Broker>,
+        max_job_size: u32,
+        segment_bytes: u64,
+        inflight: Arc<InflightBudget>,
+    ) -> Arc<Server> {
         {
             let mut txn = broker.lock();
             let q = txn.queue_id_or_create(b"default");
@@ -41,6 +49,7 @@ impl Server {
             stats: Stats::new(),
             max_job_size,
             segment_bytes,
+            inflight,
         })
     }
 }

@@ -11,6 +11,7 @@
 //! fire on time whether or not any client speaks) and compacts the log when it has grown
 //! well past the live data.
 
+pub mod budget;
 mod durability;
 mod timers;
 

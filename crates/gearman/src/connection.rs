@@ -72,7 +72,8 @@ impl Link {
         session: &mut Session,
         shutdown: &mut watch::Receiver<bool>,
     ) -> io::Result<()> {
-        let mut decoder = Decoder::new(self.server.config.max_packet);
+        let mut decoder =
+            Decoder::with_budget(self.server.config.max_packet, self.server.inflight.clone());
         loop {
             let mut lsn: Lsn = 0;
             while let Some(frame) = decoder.decode(&mut self.rbuf) {

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use jobyard_engine::JobId;
 
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::Broker;
 use tokio::sync::Notify;
 
@@ -97,6 +98,8 @@ async fn sweep_jobs_ended_elsewhere(server: std::sync::Weak<Server>) {
 pub struct Server {
     pub broker: Arc<Broker>,
     pub config: Config,
+    /// Bytes of unfinished packets all connections may buffer (shared with beanstalkd).
+    pub inflight: Arc<InflightBudget>,
     registry: Mutex<registry::Registry>,
     shutdown: Arc<Notify>,
 }
@@ -105,10 +108,16 @@ impl Server {
     /// Creates the listener's state. `shutdown` is notified when an allowed admin
     /// `shutdown` command asks the whole server to stop.
     /// Must be called inside a tokio runtime: it starts the sweep of jobs ended elsewhere.
-    pub fn new(broker: Arc<Broker>, config: Config, shutdown: Arc<Notify>) -> Arc<Server> {
+    pub fn new(
+        broker: Arc<Broker>,
+        config: Config,
+        shutdown: Arc<Notify>,
+        inflight: Arc<InflightBudget>,
+    ) -> Arc<Server> {
         let server = Arc::new(Server {
             broker,
             config,
+            inflight,
             registry: Mutex::new(registry::Registry::default()),
             shutdown,
         });

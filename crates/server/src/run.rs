@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::{Broker, Compaction};
 use jobyard_engine::Engine;
 use jobyard_storage::{recover, DirLock, Log, LogOptions};
@@ -72,14 +73,22 @@ fn open_storage(
 ) -> Result<(Engine, Log, DirLock), Fatal> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Fatal(format!("cannot create {}: {e}", dir.display()), 1))?;
-    let lock = DirLock::acquire(dir).map_err(|e| {
-        Fatal(
+    let lock = DirLock::acquire(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => Fatal(
             format!(
                 "data directory {} is in use by another process ({e})",
                 dir.display()
             ),
             10,
-        )
+        ),
+        // A read-only or inaccessible directory is not "in use": say what it is.
+        _ => Fatal(
+            format!(
+                "cannot open {} for writing: {e}",
+                dir.join("lock").display()
+            ),
+            1,
+        ),
     })?;
     let started = std::time::Instant::now();
     let mut engine = Engine::new();
@@ -106,6 +115,12 @@ fn open_storage(
             path.display()
         );
     }
+    for path in &report.missing {
+        tracing::warn!(
+            "salvage: started without {}, which the log needed (the jobs it held are lost)",
+            path.display()
+        );
+    }
     tracing::info!(
         "recovered {} jobs from {} records in {:?}",
         engine.job_count(),
@@ -116,6 +131,7 @@ fn open_storage(
         fsync: settings.fsync,
         segment_bytes: settings.segment_bytes,
     };
+    let salvaged = !report.salvaged.is_empty() || !report.missing.is_empty();
     let notify = durable_changed.clone();
     let log = Log::open(
         dir,
@@ -124,6 +140,11 @@ fn open_storage(
         Box::new(move |_| notify.notify_waiters()),
     )
     .map_err(|e| Fatal(format!("cannot open the log in {}: {e}", dir.display()), 1))?;
+    if salvaged {
+        // What salvage skipped or did without must not be needed again: a snapshot of
+        // what was recovered replaces every file before it.
+        log.request_snapshot(engine.snapshot(), engine.next_id());
+    }
     Ok((engine, log, lock))
 }
 
@@ -172,12 +193,14 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
         drop_privileges(user).map_err(|e| Fatal(e, 111))?;
     }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let inflight = InflightBudget::new(settings.max_inflight_bytes);
     let slots = Arc::new(Semaphore::new(settings.max_connections));
     if let Some(listener) = beanstalk {
         let server = jobyard_beanstalk::Server::new(
             broker.clone(),
             settings.max_job_size,
             settings.segment_bytes,
+            inflight.clone(),
         );
         tracing::info!("beanstalkd protocol listening on {}", listener.describe());
         let slots = slots.clone();
@@ -205,6 +228,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
             broker.clone(),
             (*settings.gearman).clone(),
             admin_shutdown.clone(),
+            inflight.clone(),
         );
         tracing::info!("Gearman protocol listening on {}", listener.describe());
         let slots = slots.clone();

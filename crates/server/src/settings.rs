@@ -23,6 +23,8 @@ pub struct Settings {
     pub segment_bytes: u64,
     pub compact_min_bytes: u64,
     pub salvage: bool,
+    /// Bytes of unfinished request bodies all connections together may buffer.
+    pub max_inflight_bytes: u64,
     /// Switch to this user after binding (beanstalkd `-u`).
     pub user: Option<String>,
     pub verbosity: u8,
@@ -34,6 +36,8 @@ pub struct Settings {
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
 }
+
+pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
 
 /// beanstalkd's default and jobyard's: 2^16 − 1.
 pub const DEFAULT_MAX_JOB_SIZE: u32 = 65_535;
@@ -70,6 +74,10 @@ pub struct ServeArgs {
     /// Start even if the log has damaged records, skipping what cannot be read.
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
+    /// Bytes of request bodies still being received that all connections together may
+    /// buffer; past it a put gets OUT_OF_MEMORY (Gearman: ERROR) [default: 268435456].
+    #[arg(long, env = "JOBYARD_MAX_INFLIGHT_BYTES")]
+    pub max_inflight_bytes: Option<u64>,
     /// Threads serving connections. One costs less CPU per job at moderate load; one per
     /// core gives the most throughput when saturated (docs/performance.md) [default: one per core].
     #[arg(long, env = "JOBYARD_THREADS")]
@@ -103,6 +111,7 @@ struct FileSettings {
     segment_bytes: Option<u64>,
     compact_min_bytes: Option<u64>,
     salvage: Option<bool>,
+    max_inflight_bytes: Option<u64>,
     threads: Option<usize>,
     gearman_listen: Option<String>,
     gearman_max_packet: Option<u32>,
@@ -174,6 +183,10 @@ impl ServeArgs {
                 .or(file.compact_min_bytes)
                 .unwrap_or(64 << 20),
             salvage: self.salvage || file.salvage.unwrap_or(false),
+            max_inflight_bytes: self
+                .max_inflight_bytes
+                .or(file.max_inflight_bytes)
+                .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES),
             user: None,
             verbosity: self.verbose,
             threads: self.threads.or(file.threads).filter(|&n| n > 0),

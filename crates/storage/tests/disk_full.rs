@@ -56,7 +56,10 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -127,7 +130,10 @@ fn a_full_disk_refuses_new_jobs_keeps_deletes_and_recovers_when_space_returns() 
     // Deletes still fit: they go into the reserve.
     let deleted: Vec<JobId> = acknowledged.drain(..40).collect();
     for &gone in &deleted {
-        wait(&log, log.append(std::iter::once(Change::Delete { id: gone })));
+        wait(
+            &log,
+            log.append(std::iter::once(Change::Delete { id: gone })),
+        );
     }
     assert!(!log.has_room(400), "still full");
     // Space comes back: noticed without anything being appended.

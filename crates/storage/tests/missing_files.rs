@@ -117,7 +117,11 @@ fn a_removed_snapshot_stops_start_up() {
     fs::remove_file(snapshot(dir.path(), snap_seq)).unwrap();
     expect_missing(dir.path(), &[snapshot(dir.path(), snap_seq)]);
     let (e, report) = recover_engine(dir.path(), true).unwrap();
-    assert_eq!(e.job_count(), 1, "only what came after the snapshot is left");
+    assert_eq!(
+        e.job_count(),
+        1,
+        "only what came after the snapshot is left"
+    );
     assert_eq!(report.missing, vec![snapshot(dir.path(), snap_seq)]);
 }
 

@@ -940,7 +940,9 @@ fn a_damaged_snapshot_is_an_error() {
     data[3] ^= 0xff;
     fs::write(&path, &data).unwrap();
     match recover_engine(dir.path(), false) {
-        Err(RecoveryError::Corrupt { path: p, offset, .. }) => {
+        Err(RecoveryError::Corrupt {
+            path: p, offset, ..
+        }) => {
             assert_eq!((p, offset), (path.clone(), 0))
         }
         other => panic!("expected Corrupt, got {other:?}"),
