@@ -9,9 +9,9 @@
 //!
 //! Nothing is reserved for a body on the strength of its declared size: the buffer grows
 //! as bytes arrive, and what is buffered of an unfinished body is charged to the
-//! server-wide [`InflightBudget`]. When that is spent the body is skipped as it arrives
-//! and answered `OUT_OF_MEMORY`, so many connections declaring huge bodies cannot make
-//! the server allocate what they declare.
+//! server-wide [`InflightBudget`]. When that is spent the put is answered `OUT_OF_MEMORY`
+//! at once and the rest of its body skipped as it arrives, so many connections declaring
+//! huge bodies cannot make the server allocate what they declare.
 
 use std::sync::Arc;
 
@@ -38,6 +38,9 @@ pub enum Request {
     Invalid(ParseError),
 }
 
+/// A read buffer left with more spare room than this after a body is let go.
+const SHRINK_ABOVE: usize = 256 << 10;
+
 pub const EXPECTED_CRLF: &[u8] = b"EXPECTED_CRLF\r\n";
 pub const JOB_TOO_BIG: &[u8] = b"JOB_TOO_BIG\r\n";
 /// The server's budget for bodies in flight is spent (beanstalkd's reply when it cannot
@@ -54,10 +57,10 @@ enum State {
         ttr: u32,
         len: usize,
     },
-    /// Throwing away a body (and its CRLF) that is refused with `reply`.
+    /// Throwing away a body (and its CRLF), then answering `reply` if there is one.
     SkipBody {
         left: usize,
-        reply: &'static [u8],
+        reply: Option<&'static [u8]>,
     },
     /// Throwing away an overlong line up to its CRLF.
     DiscardLine,
@@ -115,7 +118,7 @@ impl Decoder {
                             self.state = if bytes > self.max_job_size {
                                 State::SkipBody {
                                     left: len + 2,
-                                    reply: JOB_TOO_BIG,
+                                    reply: Some(JOB_TOO_BIG),
                                 }
                             } else {
                                 State::Body {
@@ -133,7 +136,7 @@ impl Decoder {
                             let n = put_size(line).expect("checked") as usize;
                             self.state = State::SkipBody {
                                 left: n + 2,
-                                reply: JOB_TOO_BIG,
+                                reply: Some(JOB_TOO_BIG),
                             };
                         }
                         Err(e) => return Some(Request::Invalid(e)),
@@ -149,12 +152,16 @@ impl Decoder {
                         // Only a body that must wait for more bytes is charged: one that
                         // arrived whole (the usual case) costs the budget nothing.
                         if !self.charge.hold(buf.len() as u64) {
+                            // Answered at once, so the client need not send the rest to
+                            // learn it; the rest is still skipped to keep the stream.
                             self.charge.release();
+                            let have = buf.len();
+                            buf.advance(have);
                             self.state = State::SkipBody {
-                                left: len + 2,
-                                reply: OUT_OF_MEMORY,
+                                left: len + 2 - have,
+                                reply: None,
                             };
-                            continue;
+                            return Some(Request::PutRejected(OUT_OF_MEMORY));
                         }
                         return None;
                     }
@@ -165,6 +172,11 @@ impl Decoder {
                     let body = Bytes::copy_from_slice(&buf[..len]);
                     let crlf_ok = &buf[len..len + 2] == b"\r\n";
                     buf.advance(len + 2);
+                    if buf.is_empty() && buf.capacity() > SHRINK_ABOVE {
+                        // Do not keep a large body's buffer for an idle connection: the
+                        // budget counts bodies being received, not memory kept afterwards.
+                        *buf = BytesMut::new();
+                    }
                     return Some(if crlf_ok {
                         Request::Put {
                             pri,
@@ -187,7 +199,10 @@ impl Decoder {
                         return None;
                     }
                     self.state = State::Line;
-                    return Some(Request::PutRejected(reply));
+                    match reply {
+                        Some(reply) => return Some(Request::PutRejected(reply)),
+                        None => continue,
+                    }
                 }
                 State::DiscardLine => match find_crlf(buf) {
                     Some(end) => {

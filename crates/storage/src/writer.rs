@@ -51,6 +51,12 @@ impl LogOptions {
     fn preallocated(&self) -> u64 {
         self.segment_bytes + self.reserve_bytes()
     }
+
+    /// How much more is reserved at a time when a segment runs past what it has reserved
+    /// (a disk with less room than a whole segment, a batch larger than one).
+    fn extension(&self) -> u64 {
+        self.reserve_bytes() / 2
+    }
 }
 
 impl Default for LogOptions {
@@ -158,7 +164,7 @@ impl Log {
         options: LogOptions,
         on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     ) -> io::Result<Log> {
-        let (segment, full) = match Segment::create(dir, first_segment, options.preallocated()) {
+        let (segment, full) = match Segment::create_reserving(dir, first_segment, &options) {
             Ok(segment) => (segment, false),
             // Start on a full disk anyway: reads and deletes work, new jobs wait for room.
             Err(e) if is_no_space(&e) => (Segment::create(dir, first_segment, 0)?, true),
@@ -386,6 +392,19 @@ struct Segment {
 }
 
 impl Segment {
+    /// A new segment with a whole segment's space (and the reserve) reserved, or, on a
+    /// disk with less room than that, the reserve and one extension; fails (with nothing
+    /// left behind) if not even that fits.
+    fn create_reserving(dir: &Path, seq: u64, options: &LogOptions) -> io::Result<Segment> {
+        match Segment::create(dir, seq, options.preallocated()) {
+            Err(e) if is_no_space(&e) => {
+                let small = options.reserve_bytes() + options.extension();
+                Segment::create(dir, seq, small)
+            }
+            made => made,
+        }
+    }
+
     fn create(dir: &Path, seq: u64, prealloc: u64) -> io::Result<Segment> {
         let file = create_segment(dir, seq, prealloc)?;
         Ok(Segment {
@@ -612,19 +631,42 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
         w.spare = Vec::new();
     }
     let due = w.segment.len >= shared.options.segment_bytes;
-    if (due && !w.full) || (w.full && w.last_probe.elapsed() >= SPACE_PROBE) {
-        w.last_probe = Instant::now();
+    if due && !w.full {
         let made = rotate(shared, w);
         note_space(shared, w, made.as_ref().err());
+    } else if w.full && w.last_probe.elapsed() >= SPACE_PROBE {
+        // Is there room again? A new segment if this one is done, else more reserved
+        // space in this one.
+        w.last_probe = Instant::now();
+        let found = if due {
+            rotate(shared, w)
+        } else {
+            reserve_ahead(shared, w, 0)
+        };
+        note_space(shared, w, found.as_ref().err());
     }
     true
+}
+
+/// Reserves space so that, after `more` bytes are appended, the reserve is still free in
+/// the current segment (plus an extension, so this is not needed at every batch).
+fn reserve_ahead(shared: &Shared, w: &mut WriterState, more: u64) -> io::Result<()> {
+    let needed = w.segment.len + more + shared.options.reserve_bytes();
+    if needed <= w.segment.reserved_to {
+        return Ok(());
+    }
+    let want = needed + shared.options.extension();
+    let from = w.segment.reserved_to;
+    preallocate(&w.segment.file, from, want - from)?;
+    w.segment.reserved_to = want;
+    Ok(())
 }
 
 /// Starts the next segment: made (with its space reserved) before the current one is
 /// sealed, so a crash in between leaves two whole segments. Nothing changes on failure.
 fn rotate(shared: &Shared, w: &mut WriterState) -> io::Result<()> {
     let next = w.segment.seq + 1;
-    let segment = Segment::create(&shared.dir, next, shared.options.preallocated())?;
+    let segment = Segment::create_reserving(&shared.dir, next, &shared.options)?;
     let mut old = std::mem::replace(&mut w.segment, segment);
     old.seal(next);
     shared.current_segment.store(next, Ordering::Relaxed);
@@ -660,14 +702,20 @@ fn write_data(shared: &Shared, w: &mut WriterState, data: &[u8]) -> bool {
     if data.is_empty() {
         return true;
     }
+    if !w.full {
+        // Keeps the reserve free behind this batch. If that fails, new jobs are refused
+        // from now on and this batch goes into the reserve.
+        if let Err(e) = reserve_ahead(shared, w, data.len() as u64) {
+            note_space(shared, w, Some(&e));
+        }
+    }
     let end = w.segment.len + data.len() as u64;
     if end > w.segment.reserved_to {
-        let want = end + shared.options.reserve_bytes();
+        // Past the reserve (records that add no jobs used it all, or a batch larger than
+        // it): written anyway, the file system may still find the blocks.
         let from = w.segment.reserved_to;
-        match preallocate(&w.segment.file, from, want - from) {
-            Ok(()) => w.segment.reserved_to = want,
-            // Written anyway: the file system may still find the blocks.
-            Err(e) => note_space(shared, w, Some(&e)),
+        if preallocate(&w.segment.file, from, end - from).is_ok() {
+            w.segment.reserved_to = end;
         }
     }
     let mut delay = Duration::from_millis(10);
