@@ -448,14 +448,29 @@ impl Segment {
     }
 }
 
+/// Whether the file of `len` bytes ends with the record naming `next` as its successor.
+fn ends_naming(file: &File, len: u64, next: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut end = Vec::with_capacity(32);
+    encode_segment_end(next, &mut end);
+    let mut tail = vec![0; end.len()];
+    len >= end.len() as u64
+        && file.read_at(&mut tail, len - end.len() as u64).ok() == Some(end.len())
+        && tail == end
+}
+
 /// Seals the segment the previous run wrote last, now that a successor exists (see
 /// [`Segment::seal`]). It was recovered, and torn records cut off, just before.
 fn seal_previous(dir: &Path, seq: u64, reserved: u64) {
     let path = segment_path(dir, seq);
-    let Ok(file) = OpenOptions::new().append(true).open(&path) else {
+    let Ok(file) = OpenOptions::new().read(true).append(true).open(&path) else {
         return;
     };
     let Ok(meta) = file.metadata() else { return };
+    if ends_naming(&file, meta.len(), seq + 1) {
+        // Already sealed: a salvaged start dropped the segment it named and makes it again.
+        return;
+    }
     let mut segment = Segment {
         file,
         seq,

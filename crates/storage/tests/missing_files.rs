@@ -183,6 +183,14 @@ fn a_newest_segment_cut_to_nothing_is_an_error_not_a_crash_tail() {
         assert!(e.job_count() < 60);
         assert_eq!(report.salvaged, vec![(path.clone(), 0, cut as u64)]);
         assert_eq!(report.next_segment, newest);
+        // The log goes on from there (the segment before is not sealed twice), and the
+        // next start is clean.
+        let log = Log::open(dir.path(), newest, small_segments(), Box::new(|_| {})).unwrap();
+        wait(&log, log.append(std::iter::once(put(1000))));
+        log.close();
+        let (again, report) = recover_engine(dir.path(), false).unwrap();
+        assert!(report.salvaged.is_empty() && report.missing.is_empty());
+        assert_eq!(again.job_count(), e.job_count() + 1);
     }
 }
 
