@@ -245,6 +245,7 @@ mod tests {
         assert_eq!(s.fsync, FsyncMode::Always);
         assert_eq!(s.max_job_size, 65535);
         assert_eq!(s.threads, None, "one per core unless set");
+        assert_eq!(s.max_inflight_bytes, 256 << 20);
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.toml");
