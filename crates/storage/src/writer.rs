@@ -598,24 +598,24 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
         (p.appended, p.snapshot.take(), p.appended - durable)
     };
     let data = std::mem::take(&mut w.spare);
-    let written = match snapshot {
-        Some(req) => {
-            let at = req.at;
-            write_data(shared, w, &data[..at]) && {
-                match rotate(shared, w) {
-                    Ok(()) => spawn_snapshot(shared, w.segment.seq, req),
-                    Err(e) => {
-                        // Dropping the request abandons the snapshot: its feeder stops.
-                        drop(req);
-                        note_space(shared, w, Some(&e));
-                        shared.snapshot_running.store(false, Ordering::Release);
-                    }
+    let mut snapshot = snapshot;
+    let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
+    let mut written = write_data(shared, w, &data[..at], &mut snapshot);
+    if written {
+        if let Some(req) = snapshot.take() {
+            match rotate(shared, w) {
+                Ok(()) => spawn_snapshot(shared, w.segment.seq, req),
+                Err(e) => {
+                    note_space(shared, w, Some(&e));
+                    abandon_snapshot(shared, req);
                 }
-                write_data(shared, w, &data[at..])
             }
         }
-        None => write_data(shared, w, &data),
-    };
+        written = write_data(shared, w, &data[at..], &mut None);
+    }
+    if let Some(req) = snapshot.take() {
+        abandon_snapshot(shared, req);
+    }
     if !written {
         return false;
     }
@@ -711,9 +711,22 @@ fn note_space(shared: &Shared, w: &mut WriterState, problem: Option<&io::Error>)
 /// Appends `data` to the current segment, reserving space first if it runs past what
 /// is reserved. A failing write is retried with back-off (nothing after it is
 /// acknowledged meanwhile, and new jobs are refused), logged when it starts failing and
-/// when it works again. Returns false if the log is closing and it failed for
-/// [`CLOSE_GIVE_UP`].
-fn write_data(shared: &Shared, w: &mut WriterState, data: &[u8]) -> bool {
+/// when it works again; a `snapshot` waiting for this write is abandoned. Returns false if
+/// the log is closing and it failed for [`CLOSE_GIVE_UP`].
+/// A snapshot that was requested is not made after all: dropping its request stops its
+/// feeder, and the log keeps every segment. Nobody waits for it any longer (a shutdown
+/// waits for a running snapshot).
+fn abandon_snapshot(shared: &Shared, req: SnapshotRequest) {
+    drop(req);
+    shared.snapshot_running.store(false, Ordering::Release);
+}
+
+fn write_data(
+    shared: &Shared,
+    w: &mut WriterState,
+    data: &[u8],
+    snapshot: &mut Option<SnapshotRequest>,
+) -> bool {
     if data.is_empty() {
         return true;
     }
@@ -746,6 +759,12 @@ fn write_data(shared: &Shared, w: &mut WriterState, data: &[u8]) -> bool {
                 return true;
             }
             Err(e) => {
+                // No snapshot on a log that cannot be written (nor one requested since):
+                // a shutdown waits for a running snapshot, and must not wait for this.
+                let requested = shared.pending.lock().expect("log lock").snapshot.take();
+                for req in [snapshot.take(), requested].into_iter().flatten() {
+                    abandon_snapshot(shared, req);
+                }
                 if !shared.failing.swap(true, Ordering::AcqRel) {
                     shared.accepting.store(false, Ordering::Relaxed);
                     tracing::error!(

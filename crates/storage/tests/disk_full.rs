@@ -163,9 +163,18 @@ fn closing_does_not_hang_when_nothing_can_be_written() {
     // Far more than the reserve: this write cannot succeed.
     let big = put_sized(2, 3 << 20);
     let lsn = log.append(std::iter::once(big));
+    // A snapshot asked for with the write that will fail (or just after it) is given up,
+    // whichever the writer sees first.
+    let feed = log.begin_snapshot(3);
+    wait_until("the snapshot to be given up", || !log.snapshot_running());
+    drop(feed);
     std::thread::sleep(Duration::from_millis(200));
     assert!(log.durable() < lsn, "cannot have been written");
     assert!(!log.has_room(10), "failing writes refuse new jobs");
+    // A snapshot cannot be made meanwhile, and none is left pending (a shutdown waits for a
+    // running snapshot).
+    assert!(log.begin_snapshot(3).is_none());
+    assert!(!log.snapshot_running());
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let closer = std::thread::spawn(move || {
         log.close();
