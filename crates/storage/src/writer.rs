@@ -708,11 +708,6 @@ fn note_space(shared: &Shared, w: &mut WriterState, problem: Option<&io::Error>)
         .store(!w.full && !writes_fail, Ordering::Relaxed);
 }
 
-/// Appends `data` to the current segment, reserving space first if it runs past what
-/// is reserved. A failing write is retried with back-off (nothing after it is
-/// acknowledged meanwhile, and new jobs are refused), logged when it starts failing and
-/// when it works again; a `snapshot` waiting for this write is abandoned. Returns false if
-/// the log is closing and it failed for [`CLOSE_GIVE_UP`].
 /// A snapshot that was requested is not made after all: dropping its request stops its
 /// feeder, and the log keeps every segment. Nobody waits for it any longer (a shutdown
 /// waits for a running snapshot).
@@ -721,6 +716,11 @@ fn abandon_snapshot(shared: &Shared, req: SnapshotRequest) {
     shared.snapshot_running.store(false, Ordering::Release);
 }
 
+/// Appends `data` to the current segment, reserving space first if it runs past what
+/// is reserved. A failing write is retried with back-off (nothing after it is
+/// acknowledged meanwhile, and new jobs are refused), logged when it starts failing and
+/// when it works again; a `snapshot` waiting for this write is abandoned. Returns false if
+/// the log is closing and it failed for [`CLOSE_GIVE_UP`].
 fn write_data(
     shared: &Shared,
     w: &mut WriterState,
