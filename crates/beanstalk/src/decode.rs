@@ -492,7 +492,10 @@ mod randomized {
                     input.extend_from_slice(&piece);
                 }
             }
-            let mut decoder = Decoder::new(MAX_JOB);
+            // Every other input runs against a small shared budget: refusals must keep
+            // the stream in step as well.
+            let budget = InflightBudget::new(if rng.below(2) == 0 { 150 } else { u64::MAX });
+            let mut decoder = Decoder::with_budget(MAX_JOB, budget.clone());
             let mut buf = BytesMut::new();
             let mut rest = &input[..];
             while !rest.is_empty() {
@@ -502,6 +505,8 @@ mod randomized {
                 while decoder.decode(&mut buf).is_some() {}
                 assert!(buf.len() <= MAX_LINE.max(MAX_JOB as usize + 2) + 50);
             }
+            drop(decoder);
+            assert_eq!(budget.in_use(), 0, "everything held is given back");
         }
     }
 }

@@ -366,7 +366,14 @@ mod tests {
                     input[i] = rng.next() as u8;
                 }
             }
-            let mut d = Decoder::new(64);
+            // Every other input runs against a small shared budget.
+            let limit = if rng.next().is_multiple_of(2) {
+                40
+            } else {
+                u64::MAX
+            };
+            let budget = InflightBudget::new(limit);
+            let mut d = Decoder::with_budget(64, budget.clone());
             let mut buf = BytesMut::new();
             for chunk in input.chunks((rng.next() % 7 + 1) as usize) {
                 buf.extend_from_slice(chunk);
@@ -383,6 +390,8 @@ mod tests {
                 }
                 assert!(d.dead || buf.len() <= d.max_buffered().max(MAX_LINE + 1) + 7);
             }
+            drop(d);
+            assert_eq!(budget.in_use(), 0, "everything held is given back");
         }
     }
 }
