@@ -142,7 +142,13 @@ class Server:
             f"{HOST}:{port}",
             "--fsync",
             self.fsync,
-            *other_listeners_off(str(self.binary)),
+            # a listener the test configures itself is not turned off
+            *(
+                arg
+                for flag, off in zip(*[iter(other_listeners_off(str(self.binary)))] * 2)
+                if flag not in self.extra_args
+                for arg in (flag, off)
+            ),
             *self.extra_args,
         ]
         env = dict(os.environ)

@@ -6,8 +6,17 @@
 //! its declared size, never searched for CRLF; one over the job size limit is skipped as
 //! it arrives and answered `JOB_TOO_BIG`. So a connection never buffers more than one line
 //! or one body of at most the job size limit, whatever it sends.
+//!
+//! Nothing is reserved for a body on the strength of its declared size: the buffer grows
+//! as bytes arrive, and what is buffered of an unfinished body is charged to the
+//! server-wide [`InflightBudget`]. When that is spent the put is answered `OUT_OF_MEMORY`
+//! at once and the rest of its body skipped as it arrives, so many connections declaring
+//! huge bodies cannot make the server allocate what they declare.
+
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
+use jobyard_broker::budget::{BodyCharge, InflightBudget};
 
 use crate::command::{parse_line, put_size, Command, ParseError, MAX_LINE};
 
@@ -29,8 +38,14 @@ pub enum Request {
     Invalid(ParseError),
 }
 
+/// A read buffer left with more spare room than this after a body is let go.
+const SHRINK_ABOVE: usize = 256 << 10;
+
 pub const EXPECTED_CRLF: &[u8] = b"EXPECTED_CRLF\r\n";
 pub const JOB_TOO_BIG: &[u8] = b"JOB_TOO_BIG\r\n";
+/// The server's budget for bodies in flight is spent (beanstalkd's reply when it cannot
+/// allocate a job; also when the log has no room for new jobs).
+pub const OUT_OF_MEMORY: &[u8] = b"OUT_OF_MEMORY\r\n";
 
 #[derive(Clone, Copy, Debug)]
 enum State {
@@ -42,9 +57,10 @@ enum State {
         ttr: u32,
         len: usize,
     },
-    /// Throwing away an oversized body (and its CRLF).
+    /// Throwing away a body (and its CRLF), then answering `reply` if there is one.
     SkipBody {
         left: usize,
+        reply: Option<&'static [u8]>,
     },
     /// Throwing away an overlong line up to its CRLF.
     DiscardLine,
@@ -55,6 +71,8 @@ enum State {
 pub struct Decoder {
     state: State,
     max_job_size: u32,
+    /// What the body being read holds of the server-wide budget.
+    charge: BodyCharge,
 }
 
 impl jobyard_net::Decode for Decoder {
@@ -65,10 +83,18 @@ impl jobyard_net::Decode for Decoder {
 }
 
 impl Decoder {
+    /// A decoder with a budget of its own that never runs out (tests, fuzzing).
     pub fn new(max_job_size: u32) -> Self {
+        Decoder::with_budget(max_job_size, InflightBudget::unlimited())
+    }
+
+    /// A decoder whose unfinished bodies are charged to `budget`, shared by all
+    /// connections.
+    pub fn with_budget(max_job_size: u32, budget: Arc<InflightBudget>) -> Self {
         Decoder {
             state: State::Line,
             max_job_size,
+            charge: BodyCharge::new(budget),
         }
     }
 
@@ -97,9 +123,11 @@ impl Decoder {
                         }) => {
                             let len = bytes as usize;
                             self.state = if bytes > self.max_job_size {
-                                State::SkipBody { left: len + 2 }
+                                State::SkipBody {
+                                    left: len + 2,
+                                    reply: Some(JOB_TOO_BIG),
+                                }
                             } else {
-                                buf.reserve(len + 2);
                                 State::Body {
                                     pri,
                                     delay,
@@ -113,7 +141,10 @@ impl Decoder {
                             if put_size(line).is_some_and(|n| n > self.max_job_size) =>
                         {
                             let n = put_size(line).expect("checked") as usize;
-                            self.state = State::SkipBody { left: n + 2 };
+                            self.state = State::SkipBody {
+                                left: n + 2,
+                                reply: Some(JOB_TOO_BIG),
+                            };
                         }
                         Err(e) => return Some(Request::Invalid(e)),
                     }
@@ -125,14 +156,34 @@ impl Decoder {
                     len,
                 } => {
                     if buf.len() < len + 2 {
+                        // Only a body that must wait for more bytes is charged: one that
+                        // arrived whole (the usual case) costs the budget nothing.
+                        if !self.charge.hold(buf.len() as u64) {
+                            // Answered at once, so the client need not send the rest to
+                            // learn it; the rest is still skipped to keep the stream.
+                            self.charge.release();
+                            let have = buf.len();
+                            buf.advance(have);
+                            self.state = State::SkipBody {
+                                left: len + 2 - have,
+                                reply: None,
+                            };
+                            return Some(Request::PutRejected(OUT_OF_MEMORY));
+                        }
                         return None;
                     }
+                    self.charge.release();
                     self.state = State::Line;
                     // A copy, not a slice of the read buffer: a stored job must not keep
                     // a whole read buffer alive.
                     let body = Bytes::copy_from_slice(&buf[..len]);
                     let crlf_ok = &buf[len..len + 2] == b"\r\n";
                     buf.advance(len + 2);
+                    if buf.is_empty() && buf.capacity() > SHRINK_ABOVE {
+                        // Do not keep a large body's buffer for an idle connection: the
+                        // budget counts bodies being received, not memory kept afterwards.
+                        *buf = BytesMut::new();
+                    }
                     return Some(if crlf_ok {
                         Request::Put {
                             pri,
@@ -144,15 +195,21 @@ impl Decoder {
                         Request::PutRejected(EXPECTED_CRLF)
                     });
                 }
-                State::SkipBody { left } => {
+                State::SkipBody { left, reply } => {
                     let n = left.min(buf.len());
                     buf.advance(n);
                     if n < left {
-                        self.state = State::SkipBody { left: left - n };
+                        self.state = State::SkipBody {
+                            left: left - n,
+                            reply,
+                        };
                         return None;
                     }
                     self.state = State::Line;
-                    return Some(Request::PutRejected(JOB_TOO_BIG));
+                    match reply {
+                        Some(reply) => return Some(Request::PutRejected(reply)),
+                        None => continue,
+                    }
                 }
                 State::DiscardLine => match find_crlf(buf) {
                     Some(end) => {
@@ -320,6 +377,58 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_size_reserves_nothing_before_the_body_arrives() {
+        let mut d = Decoder::new(1 << 30);
+        let mut buf = BytesMut::from(&b"put 1 0 5 1073741824\r\nabc"[..]);
+        assert_eq!(d.decode(&mut buf), None);
+        assert!(
+            buf.capacity() < 1 << 20,
+            "capacity {} for 3 bytes of a 1 GiB body",
+            buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_spent_budget_skips_the_body_and_answers_out_of_memory() {
+        let budget = InflightBudget::new(10);
+        let mut hog = Decoder::with_budget(100, budget.clone());
+        let mut hog_buf = BytesMut::from(&b"put 1 0 5 8\r\nabcdef"[..]);
+        assert_eq!(hog.decode(&mut hog_buf), None);
+        assert_eq!(budget.in_use(), 6);
+        // Another connection's body does not fit beside it: refused once it has passed.
+        let mut d = Decoder::with_budget(100, budget.clone());
+        let input = b"put 1 0 5 6\r\n123456\r\nstats\r\n";
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &b in input.iter() {
+            buf.extend_from_slice(&[b]);
+            while let Some(r) = d.decode(&mut buf) {
+                got.push(r);
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                Request::PutRejected(OUT_OF_MEMORY),
+                Request::Command(Command::Stats)
+            ]
+        );
+        assert_eq!(budget.in_use(), 6, "the refused body holds nothing");
+        // The first body completes and gives its share back; a closed connection too.
+        hog_buf.extend_from_slice(b"gh\r\n");
+        assert!(matches!(
+            hog.decode(&mut hog_buf),
+            Some(Request::Put { .. })
+        ));
+        assert_eq!(budget.in_use(), 0);
+        let mut buf = BytesMut::from(&b"put 1 0 5 6\r\n1234"[..]);
+        assert_eq!(d.decode(&mut buf), None);
+        assert_eq!(budget.in_use(), 4);
+        drop(d);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
     fn memory_stays_bounded_while_discarding() {
         let mut d = Decoder::new(100);
         let mut buf = BytesMut::new();
@@ -390,7 +499,10 @@ mod randomized {
                     input.extend_from_slice(&piece);
                 }
             }
-            let mut decoder = Decoder::new(MAX_JOB);
+            // Every other input runs against a small shared budget: refusals must keep
+            // the stream in step as well.
+            let budget = InflightBudget::new(if rng.below(2) == 0 { 150 } else { u64::MAX });
+            let mut decoder = Decoder::with_budget(MAX_JOB, budget.clone());
             let mut buf = BytesMut::new();
             let mut rest = &input[..];
             while !rest.is_empty() {
@@ -400,6 +512,8 @@ mod randomized {
                 while decoder.decode(&mut buf).is_some() {}
                 assert!(buf.len() <= MAX_LINE.max(MAX_JOB as usize + 2) + 50);
             }
+            drop(decoder);
+            assert_eq!(budget.in_use(), 0, "everything held is given back");
         }
     }
 }

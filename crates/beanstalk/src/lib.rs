@@ -13,6 +13,7 @@ mod stats;
 
 use std::sync::Arc;
 
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_engine::ConnId;
 use jobyard_net::{Peer, Protocol};
@@ -37,12 +38,14 @@ pub struct Server {
     pub broker: Arc<Broker>,
     pub config: Config,
     pub stats: Stats,
+    /// Bytes of unfinished put bodies all connections may buffer (shared with Gearman).
+    pub inflight: Arc<InflightBudget>,
     pub(crate) metrics: Arc<ProtocolMetrics>,
 }
 
 impl Server {
     /// Creates the front end and pins `default`, which beanstalkd always has.
-    pub fn new(broker: Arc<Broker>, config: Config) -> Arc<Server> {
+    pub fn new(broker: Arc<Broker>, config: Config, inflight: Arc<InflightBudget>) -> Arc<Server> {
         {
             let mut txn = broker.lock();
             let q = txn.queue_id_or_create(b"default");
@@ -53,6 +56,7 @@ impl Server {
             broker,
             config,
             stats: Stats::new(),
+            inflight,
             metrics,
         })
     }
@@ -72,7 +76,7 @@ impl Protocol for Server {
         &self.metrics
     }
     fn decoder(&self) -> decode::Decoder {
-        decode::Decoder::new(self.config.max_job_size)
+        decode::Decoder::with_budget(self.config.max_job_size, self.inflight.clone())
     }
     fn open(self: &Arc<Self>, conn: ConnId, _peer: &Peer) -> session::Session {
         session::Session::new(self.clone(), conn)

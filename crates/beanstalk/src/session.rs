@@ -120,6 +120,13 @@ impl Session {
             out.put_slice(b"DRAINING\r\n");
             return Outcome::Done(0);
         }
+        if broker
+            .log()
+            .is_some_and(|log| !log.has_room(body.len() + 64))
+        {
+            out.put_slice(crate::decode::OUT_OF_MEMORY); // the disk has no room for it
+            return Outcome::Done(0);
+        }
         let mut txn = broker.lock();
         let put = txn.put(
             self.using,

@@ -12,6 +12,7 @@
 //! well past the live data, opens storage ([`Broker::open`]) and keeps the server's one
 //! metrics registry ([`Broker::metrics`]).
 
+pub mod budget;
 mod durability;
 mod mailbox;
 pub mod metrics;

@@ -85,14 +85,22 @@ fn open_dir(
 ) -> Result<(Log, DirLock), OpenError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| fail(format!("cannot create {}: {e}", dir.display()), 1))?;
-    let lock = DirLock::acquire(dir).map_err(|e| {
-        fail(
+    let lock = DirLock::acquire(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => fail(
             format!(
                 "data directory {} is in use by another process ({e})",
                 dir.display()
             ),
             10,
-        )
+        ),
+        // A read-only or inaccessible directory is not "in use": say what it is.
+        _ => fail(
+            format!(
+                "cannot open {} for writing: {e}",
+                dir.join("lock").display()
+            ),
+            1,
+        ),
     })?;
     let started = std::time::Instant::now();
     let report = recover(dir, options.salvage, |change| engine.replay(change))
@@ -111,6 +119,12 @@ fn open_dir(
             path.display()
         );
     }
+    for path in &report.missing {
+        tracing::warn!(
+            "salvage: started without {}, which the log needed (the jobs it held are lost)",
+            path.display()
+        );
+    }
     tracing::info!(
         "recovered {} jobs from {} records in {:?}",
         engine.job_count(),
@@ -121,6 +135,7 @@ fn open_dir(
         fsync: options.fsync,
         segment_bytes: options.segment_bytes,
     };
+    let salvaged = !report.salvaged.is_empty() || !report.missing.is_empty();
     let log = Log::open(
         dir,
         report.next_segment,
@@ -128,5 +143,10 @@ fn open_dir(
         Box::new(move |_| durable_changed.notify_waiters()),
     )
     .map_err(|e| fail(format!("cannot open the log in {}: {e}", dir.display()), 1))?;
+    if salvaged {
+        // What salvage skipped or did without must not be needed again: a snapshot of
+        // what was recovered replaces every file before it.
+        log.request_snapshot(engine.snapshot(), engine.next_id());
+    }
     Ok((log, lock))
 }

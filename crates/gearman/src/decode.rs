@@ -5,8 +5,16 @@
 //! never searched for past it, and bodies of zero-field packets are consumed, not parsed as
 //! the next message. A packet larger than the configured maximum or a text line longer than
 //! [`MAX_LINE`] ends the stream ([`Frame::Fatal`]) before anything is buffered for it.
+//!
+//! Nothing is reserved on the strength of a declared size: the buffer grows as bytes
+//! arrive, and what is buffered of an unfinished packet is charged to the server-wide
+//! [`InflightBudget`]. When that is spent the connection gets an `ERROR` packet and is
+//! closed ([`Fatal::OutOfMemory`]) instead of buffering more.
+
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
+use jobyard_broker::budget::{BodyCharge, InflightBudget};
 
 use crate::packet::{kind, HEADER, REQ, RES};
 
@@ -39,6 +47,8 @@ pub enum Fatal {
     TooLarge(u32),
     /// A text line with no `\n` within [`MAX_LINE`] bytes.
     LineTooLong,
+    /// The server's budget for packets in flight is spent: this one cannot be buffered.
+    OutOfMemory,
 }
 
 impl Fatal {
@@ -50,6 +60,10 @@ impl Fatal {
                 "ARGUMENT_TOO_LARGE",
                 "Packet size over the server's maximum; closing the connection",
             )),
+            Fatal::OutOfMemory => Some((
+                "OUT_OF_MEMORY",
+                "Server memory for packets being received is spent; closing the connection",
+            )),
             _ => None,
         }
     }
@@ -60,6 +74,8 @@ impl Fatal {
 pub struct Decoder {
     max_packet: u32,
     dead: bool,
+    /// What the packet being received holds of the server-wide budget.
+    charge: BodyCharge,
 }
 
 impl jobyard_net::Decode for Decoder {
@@ -70,11 +86,19 @@ impl jobyard_net::Decode for Decoder {
 }
 
 impl Decoder {
-    /// A decoder accepting bodies of up to `max_packet` bytes.
+    /// A decoder accepting bodies of up to `max_packet` bytes, with a budget of its own
+    /// that never runs out (tests, fuzzing).
     pub fn new(max_packet: u32) -> Decoder {
+        Decoder::with_budget(max_packet, InflightBudget::unlimited())
+    }
+
+    /// A decoder whose unfinished packets are charged to `budget`, shared by all
+    /// connections.
+    pub fn with_budget(max_packet: u32, budget: Arc<InflightBudget>) -> Decoder {
         Decoder {
             max_packet,
             dead: false,
+            charge: BodyCharge::new(budget),
         }
     }
 
@@ -136,9 +160,15 @@ impl Decoder {
         }
         let total = HEADER + size as usize;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            // Only a packet that must wait for more bytes is charged: one that arrived
+            // whole (the usual case) costs the budget nothing.
+            if !self.charge.hold(buf.len() as u64) {
+                self.charge.release();
+                return Some(Frame::Fatal(Fatal::OutOfMemory));
+            }
             return None;
         }
+        self.charge.release();
         buf.advance(HEADER);
         let body = buf.split_to(size as usize).freeze();
         Some(Frame::Packet {
@@ -256,6 +286,54 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_declared_size_reserves_nothing_before_the_body_arrives() {
+        let mut d = Decoder::new(64 << 20);
+        let mut head = REQ.to_vec();
+        head.extend_from_slice(&kind::SUBMIT_JOB.to_be_bytes());
+        head.extend_from_slice(&(64u32 << 20).to_be_bytes());
+        head.extend_from_slice(b"f\0");
+        let mut buf = BytesMut::from(&head[..]);
+        assert_eq!(d.decode(&mut buf), None);
+        assert!(buf.capacity() < 1 << 20, "capacity {}", buf.capacity());
+    }
+
+    #[test]
+    fn a_spent_budget_is_an_error_and_the_end_of_the_connection() {
+        let budget = InflightBudget::new(30);
+        let big = pkt(&REQ, kind::SUBMIT_JOB, &[b'x'; 100]);
+        let mut first = Decoder::with_budget(1000, budget.clone());
+        let mut first_buf = BytesMut::from(&big[..25]);
+        assert_eq!(first.decode(&mut first_buf), None);
+        assert_eq!(budget.in_use(), 25);
+        let mut second = Decoder::with_budget(1000, budget.clone());
+        let mut buf = BytesMut::from(&big[..20]);
+        let frame = second.decode(&mut buf);
+        assert_eq!(frame, Some(Frame::Fatal(Fatal::OutOfMemory)));
+        assert!(
+            Fatal::OutOfMemory.reply().is_some(),
+            "an ERROR packet is sent"
+        );
+        assert_eq!(budget.in_use(), 25);
+        // Whole packets need no budget; finishing or dropping gives the charge back.
+        let small = pkt(&REQ, kind::ECHO_REQ, b"hi");
+        let mut third = Decoder::with_budget(1000, budget.clone());
+        assert!(matches!(
+            third.decode(&mut BytesMut::from(&small[..])),
+            Some(Frame::Packet { .. })
+        ));
+        first_buf.extend_from_slice(&big[25..]);
+        assert!(matches!(
+            first.decode(&mut first_buf),
+            Some(Frame::Packet { .. })
+        ));
+        assert_eq!(budget.in_use(), 0);
+        let mut partial = BytesMut::from(&big[..10]);
+        assert_eq!(third.decode(&mut partial), None);
+        drop(third);
+        assert_eq!(budget.in_use(), 0);
+    }
+
     /// A tiny deterministic generator so the test needs no extra crates.
     struct Rng(u64);
     impl Rng {
@@ -295,7 +373,14 @@ mod tests {
                     input[i] = rng.next() as u8;
                 }
             }
-            let mut d = Decoder::new(64);
+            // Every other input runs against a small shared budget.
+            let limit = if rng.next().is_multiple_of(2) {
+                40
+            } else {
+                u64::MAX
+            };
+            let budget = InflightBudget::new(limit);
+            let mut d = Decoder::with_budget(64, budget.clone());
             let mut buf = BytesMut::new();
             for chunk in input.chunks((rng.next() % 7 + 1) as usize) {
                 buf.extend_from_slice(chunk);
@@ -312,6 +397,8 @@ mod tests {
                 }
                 assert!(d.dead || buf.len() <= d.max_buffered().max(MAX_LINE + 1) + 7);
             }
+            drop(d);
+            assert_eq!(budget.in_use(), 0, "everything held is given back");
         }
     }
 }

@@ -21,6 +21,7 @@ mod session;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_engine::ConnId;
 use jobyard_net::{Peer, Protocol};
@@ -91,6 +92,8 @@ impl Default for Config {
 pub struct Server {
     pub broker: Arc<Broker>,
     pub config: Config,
+    /// Bytes of unfinished packets all connections may buffer (shared with beanstalkd).
+    pub inflight: Arc<InflightBudget>,
     registry: Mutex<registry::Registry>,
     shutdown: Arc<Notify>,
     pub(crate) metrics: Arc<ProtocolMetrics>,
@@ -99,11 +102,17 @@ pub struct Server {
 impl Server {
     /// Creates the listener's state. `shutdown` is notified when an allowed admin
     /// `shutdown` command asks the whole server to stop.
-    pub fn new(broker: Arc<Broker>, config: Config, shutdown: Arc<Notify>) -> Arc<Server> {
+    pub fn new(
+        broker: Arc<Broker>,
+        config: Config,
+        shutdown: Arc<Notify>,
+        inflight: Arc<InflightBudget>,
+    ) -> Arc<Server> {
         let metrics = broker.metrics().protocol("gearman", &[]);
         Arc::new(Server {
             broker,
             config,
+            inflight,
             registry: Mutex::new(registry::Registry::default()),
             shutdown,
             metrics,
@@ -134,7 +143,7 @@ impl Protocol for Server {
         &self.metrics
     }
     fn decoder(&self) -> decode::Decoder {
-        decode::Decoder::new(self.config.max_packet)
+        decode::Decoder::with_budget(self.config.max_packet, self.inflight.clone())
     }
     fn open(self: &Arc<Self>, conn: ConnId, peer: &Peer) -> session::Session {
         session::Session::new(self.clone(), conn, peer.fd, peer.ip().to_string())

@@ -368,6 +368,16 @@ impl Session {
             );
             return Outcome::Done(0);
         }
+        let logged = s.background && server.broker.log().is_some();
+        if logged
+            && !server
+                .broker
+                .log()
+                .is_some_and(|l| l.has_room(s.data.len() + 64))
+        {
+            put_error(out, "OUT_OF_MEMORY", "No room to store the job (disk full)");
+            return Outcome::Done(0);
+        }
         let prefix = &server.config.handle_prefix;
         let mut txn = server.broker.lock();
         let mut reg = server.registry();

@@ -112,7 +112,7 @@ async fn overview(State(broker): State<Arc<Broker>>) -> Json<Value> {
             "records": s.records.load(Relaxed),
             "bytes": s.bytes.load(Relaxed),
             "writes": s.batches.load(Relaxed),
-            "fsyncs": s.fsyncs.load(Relaxed),
+            "fsyncs": jobyard_storage::sync_stats().fsyncs.load(Relaxed),
             "segment": log.current_segment(),
         })
     });

@@ -155,6 +155,7 @@ fn record_log(broker: &Broker) {
     counter!("jobyard_log_records_total").absolute(s.records.load(Relaxed));
     counter!("jobyard_log_bytes_total").absolute(s.bytes.load(Relaxed));
     counter!("jobyard_log_writes_total").absolute(s.batches.load(Relaxed));
-    counter!("jobyard_log_fsyncs_total").absolute(s.fsyncs.load(Relaxed));
+    counter!("jobyard_log_fsyncs_total")
+        .absolute(jobyard_storage::sync_stats().fsyncs.load(Relaxed));
     gauge!("jobyard_log_segment").set(log.current_segment() as f64);
 }

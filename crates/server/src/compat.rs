@@ -131,6 +131,7 @@ pub fn parse(args: &[String]) -> Compat {
         segment_bytes,
         compact_min_bytes: 64 << 20,
         salvage: false,
+        max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
         user,
         verbosity,
         log_format: Default::default(),

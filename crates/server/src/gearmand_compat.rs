@@ -298,6 +298,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             segment_bytes: 64 << 20,
             compact_min_bytes: 64 << 20,
             salvage: false,
+            max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
             user,
             verbosity,
             log_format: Default::default(),

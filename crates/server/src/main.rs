@@ -22,6 +22,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once at start-up and gone: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Run the server with its embedded durable storage.
     Serve(settings::ServeArgs),

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::{Broker, Compaction, StorageOptions};
 use jobyard_net::{listen, FrontEnd, Gate, Listener, TcpFrontEnd};
 use tokio::signal::unix::{signal, SignalKind};
@@ -131,6 +132,8 @@ async fn front_ends(
     admin_shutdown: &Arc<Notify>,
 ) -> Result<Vec<Box<dyn FrontEnd>>, Fatal> {
     let mut front_ends: Vec<Box<dyn FrontEnd>> = Vec::new();
+    // Body bytes in flight, shared by every protocol's decoders.
+    let inflight = InflightBudget::new(settings.max_inflight_bytes);
     if let Some(addr) = &settings.beanstalk_listen {
         let listener = bind(addr, activated, "beanstalk").await?;
         let config = jobyard_beanstalk::Config {
@@ -138,7 +141,7 @@ async fn front_ends(
             segment_bytes: settings.segment_bytes,
         };
         front_ends.push(Box::new(TcpFrontEnd {
-            protocol: jobyard_beanstalk::Server::new(broker.clone(), config),
+            protocol: jobyard_beanstalk::Server::new(broker.clone(), config, inflight.clone()),
             listener,
         }));
     }
@@ -154,6 +157,7 @@ async fn front_ends(
             broker.clone(),
             (*settings.gearman).clone(),
             admin_shutdown.clone(),
+            inflight.clone(),
         );
         front_ends.push(Box::new(TcpFrontEnd { protocol, listener }));
     }

@@ -26,6 +26,8 @@ pub struct Settings {
     pub segment_bytes: u64,
     pub compact_min_bytes: u64,
     pub salvage: bool,
+    /// Bytes of unfinished request bodies all connections together may buffer.
+    pub max_inflight_bytes: u64,
     /// Switch to this user after binding (beanstalkd `-u`).
     pub user: Option<String>,
     pub verbosity: u8,
@@ -39,6 +41,8 @@ pub struct Settings {
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
 }
+
+pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
 
 /// How log lines are written (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -85,6 +89,10 @@ pub struct ServeArgs {
     /// Start even if the log has damaged records, skipping what cannot be read.
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
+    /// Bytes of request bodies still being received that all connections together may
+    /// buffer; past it a put gets OUT_OF_MEMORY (Gearman: ERROR) [default: 268435456].
+    #[arg(long, env = "JOBYARD_MAX_INFLIGHT_BYTES")]
+    pub max_inflight_bytes: Option<u64>,
     /// Threads serving connections. One costs less CPU per job at moderate load; one per
     /// core gives the most throughput when saturated (docs/performance.md) [default: one per core].
     #[arg(long, env = "JOBYARD_THREADS")]
@@ -213,6 +221,9 @@ impl ServeArgs {
             segment_bytes: self.segment_bytes.unwrap_or(64 << 20),
             compact_min_bytes: self.compact_min_bytes.unwrap_or(64 << 20),
             salvage: self.salvage,
+            max_inflight_bytes: self
+                .max_inflight_bytes
+                .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES),
             user: None,
             verbosity: self.verbose,
             log_format: self.log_format.unwrap_or_default(),
@@ -291,6 +302,7 @@ mod tests {
         assert_eq!(s.fsync, FsyncMode::Always);
         assert_eq!(s.max_job_size, 65535);
         assert_eq!(s.threads, None, "one per core unless set");
+        assert_eq!(s.max_inflight_bytes, 256 << 20);
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.toml");

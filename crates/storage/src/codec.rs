@@ -21,6 +21,10 @@ const PUT_EXT: u8 = 7;
 const END: u8 = 8;
 /// A leased job's fenced attempt number.
 const ATTEMPT: u8 = 9;
+/// The last record of a segment that has a successor: names it, so recovery can tell a
+/// newest segment that was removed or cut to nothing from one that never existed. Not a
+/// [`Change`]: [`decode_change`] rejects it, recovery reads it with [`decode_segment_end`].
+const SEGMENT_END: u8 = 0xE0;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -62,6 +66,28 @@ pub fn encode_change(change: &Change, out: &mut Vec<u8>) {
     let crc = crc32fast::hash(payload);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends the framed record that closes a segment whose successor is segment `next`.
+pub(crate) fn encode_segment_end(next: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEADER]);
+    out.put_u8(SEGMENT_END);
+    out.put_u64_le(next);
+    let payload = &out[start + FRAME_HEADER..];
+    let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The successor named by a segment-end payload, or `None` if the payload is not one.
+pub(crate) fn decode_segment_end(payload: &[u8]) -> Option<u64> {
+    match payload {
+        [SEGMENT_END, next @ ..] if next.len() == 8 => {
+            Some(u64::from_le_bytes(next.try_into().expect("8 bytes")))
+        }
+        _ => None,
+    }
 }
 
 fn encode_payload(change: &Change, out: &mut Vec<u8>) {
@@ -547,6 +573,24 @@ mod tests {
             assert_eq!(size, buf.len());
             assert_eq!(decode_change(payload).unwrap(), change);
         }
+    }
+
+    #[test]
+    fn a_segment_end_is_framed_and_is_not_a_change() {
+        let mut buf = Vec::new();
+        encode_segment_end(42, &mut buf);
+        let Frame::Good(payload, size) = read_frame(&buf) else {
+            panic!("frame not readable")
+        };
+        assert_eq!(size, buf.len());
+        assert_eq!(decode_segment_end(payload), Some(42));
+        assert_eq!(
+            decode_change(payload),
+            Err(DecodeError::UnknownType(SEGMENT_END))
+        );
+        let mut put = Vec::new();
+        encode_change(&samples()[0], &mut put);
+        assert_eq!(decode_segment_end(&put[FRAME_HEADER..]), None);
     }
 
     #[test]

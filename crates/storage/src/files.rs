@@ -1,7 +1,8 @@
 //! Names and headers of the files in a data directory.
 
-use std::fs;
-use std::io;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Each segment starts with this magic and its sequence number (u64 LE).
@@ -81,6 +82,95 @@ pub(crate) fn header(magic: &[u8; 8], seq: u64) -> [u8; HEADER_LEN] {
     h[..8].copy_from_slice(magic);
     h[8..].copy_from_slice(&seq.to_le_bytes());
     h
+}
+
+/// Creates segment `seq` with its header, `prealloc` bytes of disk space reserved for it,
+/// and returns it open for appending.
+///
+/// The file is completed under a temporary name, synced and only then renamed into place:
+/// a segment that exists under its own name always has its header, so a newest segment
+/// found shorter than that was cut, not interrupted while being made.
+pub(crate) fn create_segment(dir: &Path, seq: u64, prealloc: u64) -> io::Result<File> {
+    let path = segment_path(dir, seq);
+    let tmp = path.with_extension("log.tmp");
+    let made = (|| {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)?;
+        file.write_all(&header(SEGMENT_MAGIC, seq))?;
+        preallocate(
+            &file,
+            HEADER_LEN as u64,
+            prealloc.saturating_sub(HEADER_LEN as u64),
+        )?;
+        file.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        sync_dir(dir)?;
+        Ok(file)
+    })();
+    if made.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    made
+}
+
+/// Reserves disk blocks for `len` bytes from `offset` without changing the file's size,
+/// so appends into them cannot fail for lack of space. A file system that cannot
+/// preallocate (`EOPNOTSUPP`) is not an error: it just gives no such promise.
+pub(crate) fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate on a descriptor `file` owns for the whole call; no memory is shared.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// Gives back the blocks reserved past the end of a file that will not grow any more.
+pub(crate) fn release_preallocation(file: &File, len: u64, reserved_to: u64) {
+    if reserved_to <= len {
+        return;
+    }
+    // SAFETY: as in `preallocate`. Failure only leaves the blocks reserved.
+    unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            len as libc::off_t,
+            (reserved_to - len) as libc::off_t,
+        );
+    }
+}
+
+/// Bytes an unprivileged writer may still allocate on the file system holding `dir`.
+pub(crate) fn free_bytes(dir: &Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: statvfs fills the zeroed struct we pass; the path is a valid C string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
 }
 
 #[cfg(test)]

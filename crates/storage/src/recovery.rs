@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 
 use jobyard_engine::Change;
 
-use crate::codec::{decode_change, read_frame, Frame, FRAME_HEADER, MAX_PAYLOAD};
+use crate::codec::{
+    decode_change, decode_segment_end, read_frame, Frame, FRAME_HEADER, MAX_PAYLOAD,
+};
 use crate::files::{
-    list, sync_dir, DataFile, HEADER_LEN, SEGMENT_MAGIC, SNAPSHOT_END, SNAPSHOT_MAGIC,
+    list, segment_path, snapshot_path, sync_dir, DataFile, HEADER_LEN, SEGMENT_MAGIC, SNAPSHOT_END,
+    SNAPSHOT_MAGIC,
 };
 
 /// Why the log could not be read.
@@ -19,6 +22,12 @@ pub enum RecoveryError {
     Corrupt {
         path: PathBuf,
         offset: u64,
+        reason: String,
+    },
+    /// Files the log needs are not there (removed, or lost with a file system): starting
+    /// without them would silently lose or resurrect jobs.
+    Missing {
+        files: Vec<PathBuf>,
         reason: String,
     },
 }
@@ -37,6 +46,15 @@ impl std::fmt::Display for RecoveryError {
                  (start with --salvage to skip unreadable records and keep the rest)",
                 path.display()
             ),
+            RecoveryError::Missing { files, reason } => {
+                let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+                write!(
+                    f,
+                    "log files are missing: {} ({reason}); the jobs they held would be lost \
+                     (restore them, or start with --salvage to start from what is left)",
+                    names.join(", ")
+                )
+            }
         }
     }
 }
@@ -58,14 +76,19 @@ pub struct RecoveryReport {
     pub torn_tail: Option<(PathBuf, u64, u64)>,
     /// Damage skipped because salvaging was asked for: file, offset, bytes skipped.
     pub salvaged: Vec<(PathBuf, u64, u64)>,
+    /// Files the log needed that were not there, started without because salvaging was
+    /// asked for. The caller should snapshot at once, so the next start does not need them.
+    pub missing: Vec<PathBuf>,
 }
 
 /// Reads the data directory and hands every change, in order, to `apply`.
 ///
 /// A frame cut off at the end of the newest segment is a crash in the middle of a write
 /// whose reply was never sent: it is dropped and the file truncated. Any other damage is a
-/// [`RecoveryError::Corrupt`], unless `salvage` is set, in which case unreadable bytes are
-/// skipped up to the next readable record and reported.
+/// [`RecoveryError::Corrupt`], and a file the log needs that is not there (a gap in the
+/// segments, the snapshot they start from, a successor a segment names) is a
+/// [`RecoveryError::Missing`], unless `salvage` is set, in which case what cannot be read
+/// is skipped and reported.
 pub fn recover(
     dir: &Path,
     salvage: bool,
@@ -93,13 +116,7 @@ pub fn recover(
             _ => None,
         })
         .collect();
-    let mut start = 0;
-    if let Some(&(seq, path)) = snapshots.last() {
-        read_snapshot(path, seq, salvage, &mut report, &mut apply)?;
-        report.snapshot = Some(seq);
-        report.next_segment = seq;
-        start = seq;
-    }
+    let start = snapshots.last().map_or(0, |&(seq, _)| seq);
     let segments: Vec<(u64, &PathBuf)> = files
         .iter()
         .filter_map(|(k, p)| match k {
@@ -107,10 +124,30 @@ pub fn recover(
             _ => None,
         })
         .collect();
+    check_complete(dir, start, &segments, salvage, &mut report)?;
+    if let Some(&(seq, path)) = snapshots.last() {
+        read_snapshot(path, seq, salvage, &mut report, &mut apply)?;
+        report.snapshot = Some(seq);
+        report.next_segment = seq;
+    }
+    // Whether the segment being read must have been whole once: named as its successor by
+    // the segment before it, or the first (made whole before any snapshot or record).
+    let mut named = true;
     for (i, &(seq, path)) in segments.iter().enumerate() {
         let last = i + 1 == segments.len();
-        read_segment(path, seq, last, salvage, &mut report, &mut apply)?;
-        report.next_segment = seq + 1;
+        let read = read_segment(path, seq, last, named, salvage, &mut report, &mut apply)?;
+        report.next_segment = if read.removed { seq } else { seq + 1 };
+        named = read.successor.is_some();
+        if let Some(next) = read.successor.filter(|_| last) {
+            let file = segment_path(dir, next);
+            if !salvage {
+                return Err(RecoveryError::Missing {
+                    files: vec![file],
+                    reason: format!("{} ends by naming it as the next segment", path.display()),
+                });
+            }
+            report.missing.push(file);
+        }
     }
     // Files older than the snapshot are obsolete: a crash after the snapshot was made and
     // before they were deleted leaves them behind.
@@ -128,6 +165,58 @@ pub fn recover(
     Ok(report)
 }
 
+/// Checks that the segments run without a gap from where the snapshot starts (or from
+/// the first segment ever, 1, without a snapshot) to the newest.
+fn check_complete(
+    dir: &Path,
+    snapshot: u64,
+    segments: &[(u64, &PathBuf)],
+    salvage: bool,
+    report: &mut RecoveryReport,
+) -> Result<(), RecoveryError> {
+    let mut missing = Vec::new();
+    let mut reason = String::new();
+    let first = segments.first().map(|&(n, _)| n);
+    if snapshot > 0 {
+        // The snapshot's own segment was made (and synced) before the snapshot was.
+        let upto = first.unwrap_or(snapshot + 1);
+        missing.extend((snapshot..upto).map(|n| segment_path(dir, n)));
+        if !missing.is_empty() {
+            reason = format!(
+                "recovery starts at snapshot {} and needs every segment from {snapshot} on",
+                snapshot_path(dir, snapshot).display()
+            );
+        }
+    } else if let Some(first) = first.filter(|&n| n > 1) {
+        // Segments before `first` are deleted only once a snapshot replaces them.
+        missing.push(snapshot_path(dir, first));
+        reason = format!(
+            "the oldest segment is {}, so the snapshot of everything before it must exist",
+            segment_path(dir, first).display()
+        );
+    }
+    for pair in segments.windows(2) {
+        let (a, b) = (pair[0].0, pair[1].0);
+        if b > a + 1 {
+            missing.extend((a + 1..b).map(|n| segment_path(dir, n)));
+            if reason.is_empty() {
+                reason = "segments must follow each other without a gap".into();
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !salvage {
+        return Err(RecoveryError::Missing {
+            files: missing,
+            reason,
+        });
+    }
+    report.missing.extend(missing);
+    Ok(())
+}
+
 fn read_snapshot(
     path: &Path,
     seq: u64,
@@ -143,55 +232,121 @@ fn read_snapshot(
     };
     let head = HEADER_LEN + 8;
     let tail = SNAPSHOT_END.len() + 8;
-    if data.len() < head + tail || &data[..8] != SNAPSHOT_MAGIC || data[8..16] != seq.to_le_bytes()
-    {
-        return Err(corrupt(0, "bad snapshot header"));
+    let header_ok =
+        data.len() >= head && &data[..8] == SNAPSHOT_MAGIC && data[8..16] == seq.to_le_bytes();
+    let end = data.len().saturating_sub(tail);
+    let end_ok = data.len() >= head + tail && &data[end..end + 8] == SNAPSHOT_END;
+    if !salvage {
+        if !header_ok || data.len() < head + tail {
+            return Err(corrupt(0, "bad snapshot header"));
+        }
+        if !end_ok {
+            return Err(corrupt(end, "snapshot has no end marker"));
+        }
     }
-    let end = data.len() - tail;
-    if &data[end..end + 8] != SNAPSHOT_END {
-        return Err(corrupt(end, "snapshot has no end marker"));
+    let from = head.min(data.len());
+    if header_ok {
+        let next_id = u64::from_le_bytes(data[16..24].try_into().expect("8 bytes"));
+        report.next_id = report.next_id.max(next_id);
+    } else {
+        // Salvaging: the header is skipped, ids continue above every job read.
+        report.salvaged.push((path.to_path_buf(), 0, from as u64));
     }
-    let next_id = u64::from_le_bytes(data[16..24].try_into().expect("8 bytes"));
-    report.next_id = report.next_id.max(next_id);
-    read_frames(path, &data[..end], head, false, salvage, report, apply)?;
+    let until = if end_ok {
+        end
+    } else {
+        // Salvaging a snapshot cut short: read whatever whole records it still has.
+        data.len()
+    };
+    let read_to = read_frames(path, &data[..until], from, false, salvage, report, apply)?;
+    debug_assert_eq!(read_to.good_end, until);
     Ok(())
+}
+
+/// What reading a segment found.
+struct SegmentRead {
+    /// The segment was dropped (never written past creation): the next one reuses its number.
+    removed: bool,
+    /// The successor the segment names in its end record, if it has one.
+    successor: Option<u64>,
 }
 
 fn read_segment(
     path: &Path,
     seq: u64,
     last: bool,
+    named_by_predecessor: bool,
     salvage: bool,
     report: &mut RecoveryReport,
     apply: &mut impl FnMut(Change),
-) -> Result<(), RecoveryError> {
+) -> Result<SegmentRead, RecoveryError> {
     let data = fs::read(path).map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
-    if data.len() < HEADER_LEN && last {
-        // Created but its header never made it: nothing was acknowledged from it.
-        report.torn_tail = Some((path.to_path_buf(), 0, data.len() as u64));
+    let remove = || {
         fs::remove_file(path).map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
-        return Ok(());
+        Ok(SegmentRead {
+            removed: true,
+            successor: None,
+        })
+    };
+    if data.len() < HEADER_LEN && last {
+        // Segments are renamed into place only with their header synced, so a short one
+        // was cut after it was made, with whatever it held: an error. The exception is a
+        // log written by an older version, which created segments in place: a segment
+        // its predecessor does not name may have been interrupted while being created.
+        if !named_by_predecessor {
+            report.torn_tail = Some((path.to_path_buf(), 0, data.len() as u64));
+            return remove();
+        }
+        if !salvage {
+            return Err(RecoveryError::Corrupt {
+                path: path.to_path_buf(),
+                offset: data.len() as u64,
+                reason: "the newest segment is shorter than its header: it was cut after it \
+                         was made, and what it held is lost"
+                    .into(),
+            });
+        }
+        report
+            .salvaged
+            .push((path.to_path_buf(), 0, data.len() as u64));
+        return remove();
     }
-    if data.len() < HEADER_LEN || &data[..8] != SEGMENT_MAGIC || data[8..16] != seq.to_le_bytes() {
-        return Err(RecoveryError::Corrupt {
-            path: path.to_path_buf(),
-            offset: 0,
-            reason: "bad segment header".into(),
-        });
+    let header_ok =
+        data.len() >= HEADER_LEN && &data[..8] == SEGMENT_MAGIC && data[8..16] == seq.to_le_bytes();
+    if !header_ok {
+        if !salvage {
+            return Err(RecoveryError::Corrupt {
+                path: path.to_path_buf(),
+                offset: 0,
+                reason: "bad segment header".into(),
+            });
+        }
+        let skipped = data.len().min(HEADER_LEN) as u64;
+        report.salvaged.push((path.to_path_buf(), 0, skipped));
     }
-    let good_end = read_frames(path, &data, HEADER_LEN, last, salvage, report, apply)?;
-    if good_end < data.len() {
-        let dropped = (data.len() - good_end) as u64;
-        report.torn_tail = Some((path.to_path_buf(), good_end as u64, dropped));
+    let from = data.len().min(HEADER_LEN);
+    let read = read_frames(path, &data, from, last, salvage, report, apply)?;
+    if read.good_end < data.len() {
+        let dropped = (data.len() - read.good_end) as u64;
+        report.torn_tail = Some((path.to_path_buf(), read.good_end as u64, dropped));
         let file = OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
-        file.set_len(good_end as u64)
+        file.set_len(read.good_end as u64)
             .and_then(|_| file.sync_all())
             .map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
     }
-    Ok(())
+    Ok(SegmentRead {
+        removed: false,
+        successor: read.successor,
+    })
+}
+
+/// Where the readable frames of a file end, and the successor its end record names.
+struct FramesRead {
+    good_end: usize,
+    successor: Option<u64>,
 }
 
 /// Applies the frames of `data` from `offset`. Returns where the readable data ends, which
@@ -204,24 +359,36 @@ fn read_frames(
     salvage: bool,
     report: &mut RecoveryReport,
     apply: &mut impl FnMut(Change),
-) -> Result<usize, RecoveryError> {
+) -> Result<FramesRead, RecoveryError> {
+    let mut successor = None;
     while offset < data.len() {
         let damage = match read_frame(&data[offset..]) {
-            Frame::Good(payload, size) => match decode_change(payload) {
-                Ok(change) => {
-                    apply(change);
-                    report.records += 1;
+            Frame::Good(payload, size) if successor.is_none() => {
+                if let Some(next) = decode_segment_end(payload) {
+                    successor = Some(next);
                     offset += size;
                     continue;
                 }
-                Err(e) => e.to_string(),
-            },
+                match decode_change(payload) {
+                    Ok(change) => {
+                        apply(change);
+                        report.records += 1;
+                        offset += size;
+                        continue;
+                    }
+                    Err(e) => e.to_string(),
+                }
+            }
+            Frame::Good(..) => "a record after the segment's end record".to_string(),
             Frame::Incomplete => "record runs past the end of the file".to_string(),
             Frame::Bad => "bad length or checksum".to_string(),
         };
         let next_good = find_next_frame(data, offset + 1);
         if tail_may_tear && next_good.is_none() {
-            return Ok(offset);
+            return Ok(FramesRead {
+                good_end: offset,
+                successor,
+            });
         }
         if !salvage {
             return Err(RecoveryError::Corrupt {
@@ -236,7 +403,10 @@ fn read_frames(
             .push((path.to_path_buf(), offset as u64, (resume - offset) as u64));
         offset = resume;
     }
-    Ok(offset)
+    Ok(FramesRead {
+        good_end: offset,
+        successor,
+    })
 }
 
 /// The first offset at or after `from` where a whole, checksummed, decodable frame starts.

@@ -19,6 +19,25 @@ pub struct LogStats {
     pub bytes: AtomicU64,
     /// `write(2)` batches: records / batches is the average group-commit size.
     pub batches: AtomicU64,
+}
+
+/// The process's log syncs. Process-wide (a server has one log) so that every place that
+/// syncs a segment counts, whatever it holds.
+static SYNCS: SyncStats = SyncStats {
+    fsyncs: AtomicU64::new(0),
+    fsync_us_total: AtomicU64::new(0),
+    fsync_us_max: AtomicU64::new(0),
+    fsync_buckets: [const { AtomicU64::new(0) }; FSYNC_BUCKETS_US.len() + 1],
+};
+
+/// How often and how long the log's segments were synced in this process.
+pub fn sync_stats() -> &'static SyncStats {
+    &SYNCS
+}
+
+/// Sync counts and latency.
+#[derive(Debug)]
+pub struct SyncStats {
     /// Syncs of a segment (fdatasync).
     pub fsyncs: AtomicU64,
     /// Total and worst time spent in those syncs, in microseconds.
@@ -35,7 +54,9 @@ impl LogStats {
             self.batches.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
 
+impl SyncStats {
     pub(crate) fn synced(&self, took: Duration) {
         let us = took.as_micros().min(u64::MAX as u128) as u64;
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -58,7 +79,12 @@ mod tests {
 
     #[test]
     fn syncs_land_in_the_bucket_of_their_latency() {
-        let s = LogStats::default();
+        let s = SyncStats {
+            fsyncs: AtomicU64::new(0),
+            fsync_us_total: AtomicU64::new(0),
+            fsync_us_max: AtomicU64::new(0),
+            fsync_buckets: Default::default(),
+        };
         s.synced(Duration::from_micros(80));
         s.synced(Duration::from_micros(800));
         s.synced(Duration::from_secs(3));

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use jobyard_engine::Change;
 
-use crate::codec::encode_change;
+use crate::codec::{encode_change, encode_segment_end};
 use crate::files::{
-    header, list, segment_path, snapshot_path, sync_dir, DataFile, SEGMENT_MAGIC, SNAPSHOT_END,
-    SNAPSHOT_MAGIC,
+    create_segment, free_bytes, header, list, preallocate, release_preallocation, segment_path,
+    snapshot_path, sync_dir, DataFile, HEADER_LEN, SNAPSHOT_END, SNAPSHOT_MAGIC,
 };
-use crate::stats::LogStats;
+use crate::stats::{sync_stats, LogStats};
 use crate::Lsn;
 
 /// When the log forces data to stable storage.
@@ -38,6 +38,26 @@ pub struct LogOptions {
     pub fsync: FsyncMode,
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
+}
+
+impl LogOptions {
+    /// Space kept back at the end of each segment for records that do not add jobs
+    /// (deletes, releases, buries, kicks): when no new segment can be made, new jobs are
+    /// refused but these still fit, so consumers keep working on a full disk.
+    pub fn reserve_bytes(&self) -> u64 {
+        (self.segment_bytes / 8).clamp(64 << 10, 8 << 20)
+    }
+
+    /// Disk space reserved for a segment when it is created.
+    fn preallocated(&self) -> u64 {
+        self.segment_bytes + self.reserve_bytes()
+    }
+
+    /// How much more is reserved at a time when a segment runs past what it has reserved
+    /// (a disk with less room than a whole segment, a batch larger than one).
+    fn extension(&self) -> u64 {
+        self.reserve_bytes() / 2
+    }
 }
 
 impl Default for LogOptions {
@@ -104,6 +124,15 @@ struct Shared {
     records_written: AtomicU64,
     stats: LogStats,
     current_segment: AtomicU64,
+    /// Whether new jobs may be logged: false while no new segment can be made or writes
+    /// fail. Read by producers before they add a job (an atomic load, nothing more).
+    accepting: AtomicBool,
+    /// A write is failing and being retried: waiters must not block on the writer lock.
+    failing: AtomicBool,
+    /// Set by [`Log::close`]: a write that keeps failing is given up after a while.
+    closing: AtomicBool,
+    /// The last snapshot failed (logged once, not at every attempt).
+    snapshot_failing: AtomicBool,
     on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     /// The open segment and the writer's scratch state. Held while writing a batch: by the
     /// writer thread, or (when replies need only `write(2)`) by a connection writing inline.
@@ -115,6 +144,11 @@ struct WriterState {
     spare: Vec<u8>,
     last_sync: Instant,
     unsynced: bool,
+    /// No new segment could be made (or its space reserved): new jobs are refused and
+    /// other records go into the current segment's reserve.
+    full: bool,
+    /// When making a segment was last tried while `full`.
+    last_probe: Instant,
 }
 
 /// The append side of the log, shared by every connection.
@@ -132,7 +166,18 @@ impl Log {
         options: LogOptions,
         on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     ) -> io::Result<Log> {
-        let segment = Segment::create(dir, first_segment)?;
+        let (segment, full) = match Segment::create_reserving(dir, first_segment, &options) {
+            Ok(segment) => (segment, false),
+            // Start on a full disk anyway: reads and deletes work, new jobs wait for room.
+            Err(e) if is_no_space(&e) => (Segment::create(dir, first_segment, 0)?, true),
+            Err(e) => return Err(e),
+        };
+        if full {
+            tracing::warn!("{}", NO_ROOM_MESSAGE);
+        }
+        if first_segment > 1 {
+            seal_previous(dir, first_segment - 1, options.preallocated());
+        }
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,
@@ -143,12 +188,18 @@ impl Log {
             records_written: AtomicU64::new(0),
             stats: LogStats::default(),
             current_segment: AtomicU64::new(first_segment),
+            accepting: AtomicBool::new(!full),
+            failing: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            snapshot_failing: AtomicBool::new(false),
             on_durable,
             writer: Mutex::new(WriterState {
                 segment,
                 spare: Vec::new(),
                 last_sync: Instant::now(),
                 unsynced: false,
+                full,
+                last_probe: Instant::now(),
             }),
         });
         let worker = shared.clone();
@@ -199,11 +250,35 @@ impl Log {
         if self.durable() >= lsn {
             return true;
         }
+        if self.shared.failing.load(Ordering::Acquire) {
+            // The writer thread is retrying a failed write under the writer lock: wait
+            // for it asynchronously instead of blocking this thread on the lock.
+            return false;
+        }
         let mut w = self.shared.writer.lock().expect("log writer lock");
         if self.durable() < lsn {
             write_batch(&self.shared, &mut w, false);
         }
         true
+    }
+
+    /// Whether a new job whose record takes about `bytes` may be added now. False while
+    /// the disk has no room for a new segment or log writes fail: the caller should refuse
+    /// the job (beanstalkd `OUT_OF_MEMORY`, Gearman `ERROR`) rather than add it and leave
+    /// its producer waiting. Records that do not add jobs need no such check: they fit in
+    /// the space each segment keeps in reserve.
+    ///
+    /// For a usual job this is one atomic load. A job too large for the reserve to absorb
+    /// also asks the file system for its free space.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        if !self.shared.accepting.load(Ordering::Relaxed) {
+            return false;
+        }
+        let reserve = self.shared.options.reserve_bytes();
+        if (bytes as u64) < (reserve / 4).min(1 << 20) {
+            return true;
+        }
+        free_bytes(&self.shared.dir).map_or(true, |free| free >= bytes as u64 + reserve)
     }
 
     /// Everything up to this LSN may be acknowledged.
@@ -216,7 +291,7 @@ impl Log {
         self.shared.records_written.load(Ordering::Relaxed)
     }
 
-    /// Figures for operators: bytes, batches, syncs and their latency.
+    /// Figures for operators: records, bytes and write batches (syncs: [`sync_stats`]).
     pub fn stats(&self) -> &LogStats {
         &self.shared.stats
     }
@@ -254,6 +329,10 @@ impl Log {
     /// copy the engine a chunk at a time instead of stopping it for the whole copy.
     /// `next_id` must be the engine's at this call or later.
     pub fn begin_snapshot(&self, next_id: u64) -> Option<SnapshotFeed> {
+        // A snapshot starts a new segment, which a full disk has no room for.
+        if !self.shared.accepting.load(Ordering::Relaxed) {
+            return None;
+        }
         if self.shared.snapshot_running.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -282,9 +361,14 @@ impl Log {
 
     /// Writes and syncs everything appended, then stops the writer. Later appends are
     /// never written, so call it only once nothing else will be acknowledged.
+    ///
+    /// If the log cannot be written (disk full, I/O error), it keeps trying for
+    /// [`CLOSE_GIVE_UP`] and then stops anyway: what was not written was never
+    /// acknowledged, and what was acknowledged is already on disk.
     pub fn close(&self) {
         let thread = self.thread.lock().expect("log thread lock").take();
         if let Some(thread) = thread {
+            self.shared.closing.store(true, Ordering::Release);
             self.shared.pending.lock().expect("log lock").shutdown = true;
             self.shared.wake.notify_one();
             let _ = thread.join();
@@ -298,27 +382,49 @@ impl Drop for Log {
     }
 }
 
+/// How long [`Log::close`] keeps retrying a write that fails before it stops anyway.
+pub const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
+
+/// While the disk is full, how often making a new segment is tried again.
+const SPACE_PROBE: Duration = Duration::from_millis(250);
+
+const NO_ROOM_MESSAGE: &str = "the disk has no room for a new log segment: new jobs are \
+    refused (OUT_OF_MEMORY / Gearman ERROR) until it has; deletes and other changes of \
+    stored jobs go on in the space kept in reserve";
+
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
 struct Segment {
     file: File,
     seq: u64,
     len: u64,
+    /// Up to here the file's blocks are reserved: appends below it cannot run out of space.
+    reserved_to: u64,
 }
 
 impl Segment {
-    fn create(dir: &Path, seq: u64) -> io::Result<Segment> {
-        let path = segment_path(dir, seq);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)?;
-        file.write_all(&header(SEGMENT_MAGIC, seq))?;
-        file.sync_all()?;
-        sync_dir(dir)?;
+    /// A new segment with a whole segment's space (and the reserve) reserved, or, on a
+    /// disk with less room than that, the reserve and one extension; fails (with nothing
+    /// left behind) if not even that fits.
+    fn create_reserving(dir: &Path, seq: u64, options: &LogOptions) -> io::Result<Segment> {
+        match Segment::create(dir, seq, options.preallocated()) {
+            Err(e) if is_no_space(&e) => {
+                let small = options.reserve_bytes() + options.extension();
+                Segment::create(dir, seq, small)
+            }
+            made => made,
+        }
+    }
+
+    fn create(dir: &Path, seq: u64, prealloc: u64) -> io::Result<Segment> {
+        let file = create_segment(dir, seq, prealloc)?;
         Ok(Segment {
             file,
             seq,
-            len: crate::files::HEADER_LEN as u64,
+            len: HEADER_LEN as u64,
+            reserved_to: prealloc.max(HEADER_LEN as u64),
         })
     }
 
@@ -340,22 +446,59 @@ impl Segment {
             }
         }
     }
+
+    /// Closes the segment for good once its successor `next` exists: names it in an end
+    /// record (so recovery notices if it goes missing), syncs, and gives back the space
+    /// reserved past the end.
+    fn seal(&mut self, next: u64) {
+        let mut end = Vec::with_capacity(32);
+        encode_segment_end(next, &mut end);
+        // Without the end record recovery merely cannot check for the successor: not
+        // worth failing over.
+        let _ = self.write(&end);
+        sync_or_die(self);
+        release_preallocation(&self.file, self.len, self.reserved_to);
+    }
 }
 
-fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => {
-                tracing::error!(
-                    "log {what} failed: {e}; retrying (nothing is acknowledged until it succeeds)"
-                );
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-        }
+/// Whether the file of `len` bytes ends with the record naming `next` as its successor.
+fn ends_naming(file: &File, len: u64, next: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut end = Vec::with_capacity(32);
+    encode_segment_end(next, &mut end);
+    let mut tail = vec![0; end.len()];
+    len >= end.len() as u64
+        && file.read_at(&mut tail, len - end.len() as u64).ok() == Some(end.len())
+        && tail == end
+}
+
+/// Seals the segment the previous run wrote last, now that a successor exists (see
+/// [`Segment::seal`]). It was recovered, and torn records cut off, just before.
+fn seal_previous(dir: &Path, seq: u64, reserved: u64) {
+    let path = segment_path(dir, seq);
+    let Ok(file) = OpenOptions::new().read(true).append(true).open(&path) else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else { return };
+    if ends_naming(&file, meta.len(), seq + 1) {
+        // Already sealed: a salvaged start dropped the segment it named and makes it again.
+        return;
     }
+    let mut segment = Segment {
+        file,
+        seq,
+        len: meta.len(),
+        reserved_to: meta.len() + reserved,
+    };
+    segment.seal(seq + 1);
+}
+
+/// Syncs a file, counting the time it took.
+fn timed_sync(file: &File) -> io::Result<()> {
+    let started = Instant::now();
+    let r = file.sync_data();
+    sync_stats().synced(started.elapsed());
+    r
 }
 
 /// Syncs a segment, or ends the process if that fails.
@@ -364,12 +507,12 @@ fn retry<T>(what: &str, mut f: impl FnMut() -> io::Result<T>) -> T {
 /// report success for data that never reached the disk, so retrying would acknowledge jobs
 /// that are not stored. Stopping is the only honest answer: nothing in the failed batch was
 /// acknowledged, and the next start recovers exactly what the disk holds.
-fn sync_or_die(segment: &Segment, stats: &LogStats) {
+fn sync_or_die(segment: &Segment) {
     let started = Instant::now();
     if let Err(e) = segment.file.sync_data() {
         fsync_failed(&e);
     }
-    stats.synced(started.elapsed());
+    sync_stats().synced(started.elapsed());
 }
 
 fn fsync_failed(e: &io::Error) -> ! {
@@ -385,7 +528,8 @@ fn fsync_failed(e: &io::Error) -> ! {
 const NEVER_MODE_SWEEP: Duration = Duration::from_millis(50);
 
 /// The writer thread: writes whatever accumulates (every batch in `always` mode, where it
-/// also syncs), performs the periodic sync of `interval` mode, and flushes at shutdown.
+/// also syncs), performs the periodic sync of `interval` mode, retries making a segment
+/// while the disk is full, and flushes at shutdown.
 fn write_loop(shared: Arc<Shared>) {
     let interval = match shared.options.fsync {
         FsyncMode::Interval(every) => Some(every),
@@ -396,7 +540,16 @@ fn write_loop(shared: Arc<Shared>) {
         let shutdown = {
             let mut p = shared.pending.lock().expect("log lock");
             while p.buf.is_empty() && p.snapshot.is_none() && !p.shutdown {
-                match interval {
+                // While the disk is full nobody appends new jobs, so the thread wakes on
+                // its own to find out whether space came back.
+                let full = !shared.accepting.load(Ordering::Relaxed);
+                let timeout = match (interval, full) {
+                    (Some(every), true) => Some(every.min(SPACE_PROBE)),
+                    (Some(every), false) => Some(every),
+                    (None, true) => Some(SPACE_PROBE),
+                    (None, false) => None,
+                };
+                match timeout {
                     Some(every) => {
                         let (guard, timeout) =
                             shared.wake.wait_timeout(p, every).expect("log lock");
@@ -412,7 +565,12 @@ fn write_loop(shared: Arc<Shared>) {
         };
         let file_to_flush = {
             let mut w = shared.writer.lock().expect("log writer lock");
-            write_batch(&shared, &mut w, shutdown);
+            if !write_batch(&shared, &mut w, shutdown) {
+                // Closing, and the log could not be written for CLOSE_GIVE_UP: stop. What
+                // is left was never acknowledged.
+                release_preallocation(&w.segment.file, w.segment.len, w.segment.reserved_to);
+                return;
+            }
             match interval {
                 Some(every) if w.unsynced && w.last_sync.elapsed() >= every => {
                     w.unsynced = false;
@@ -426,17 +584,14 @@ fn write_loop(shared: Arc<Shared>) {
         if let Some(file) = file_to_flush {
             if shared.options.fsync == FsyncMode::Never {
                 start_writeback(&file);
-            } else {
-                let started = Instant::now();
-                if let Err(e) = file.sync_data() {
-                    fsync_failed(&e);
-                }
-                shared.stats.synced(started.elapsed());
+            } else if let Err(e) = timed_sync(&file) {
+                fsync_failed(&e);
             }
         }
         if shutdown && shared.pending.lock().expect("log lock").buf.is_empty() {
             let w = shared.writer.lock().expect("log writer lock");
-            sync_or_die(&w.segment, &shared.stats);
+            sync_or_die(&w.segment);
+            release_preallocation(&w.segment.file, w.segment.len, w.segment.reserved_to);
             return;
         }
     }
@@ -456,8 +611,9 @@ fn start_writeback(file: &File) {
 }
 
 /// Writes everything pending with one `write(2)`, syncs if the mode asks for it, and
-/// advances the durable position. Called with the writer lock held.
-fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
+/// advances the durable position. Called with the writer lock held. Returns false only
+/// when closing and the write kept failing for [`CLOSE_GIVE_UP`] (nothing was advanced).
+fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> bool {
     let (upto, snapshot, records) = {
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
@@ -466,19 +622,26 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
     };
     let data = std::mem::take(&mut w.spare);
     shared.stats.wrote(data.len());
-    match snapshot {
-        Some(req) => {
-            retry("write", || w.segment.write(&data[..req.at]));
-            sync_or_die(&w.segment, &shared.stats);
-            let next = w.segment.seq + 1;
-            w.segment = retry("segment create", || Segment::create(&shared.dir, next));
-            shared
-                .current_segment
-                .store(w.segment.seq, Ordering::Relaxed);
-            retry("write", || w.segment.write(&data[req.at..]));
-            spawn_snapshot(shared, w.segment.seq, req);
+    let mut snapshot = snapshot;
+    let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
+    let mut written = write_data(shared, w, &data[..at], &mut snapshot);
+    if written {
+        if let Some(req) = snapshot.take() {
+            match rotate(shared, w) {
+                Ok(()) => spawn_snapshot(shared, w.segment.seq, req),
+                Err(e) => {
+                    note_space(shared, w, Some(&e));
+                    abandon_snapshot(shared, req);
+                }
+            }
         }
-        None => retry("write", || w.segment.write(&data)),
+        written = write_data(shared, w, &data[at..], &mut None);
+    }
+    if let Some(req) = snapshot.take() {
+        abandon_snapshot(shared, req);
+    }
+    if !written {
+        return false;
     }
     let must_sync = match shared.options.fsync {
         FsyncMode::Always => !data.is_empty(),
@@ -492,7 +655,7 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
         }
     };
     if must_sync {
-        sync_or_die(&w.segment, &shared.stats);
+        sync_or_die(&w.segment);
         w.last_sync = Instant::now();
         w.unsynced = false;
     }
@@ -506,13 +669,148 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) {
     if w.spare.capacity() > 16 << 20 {
         w.spare = Vec::new();
     }
-    if w.segment.len >= shared.options.segment_bytes {
-        sync_or_die(&w.segment, &shared.stats);
-        let next = w.segment.seq + 1;
-        w.segment = retry("segment create", || Segment::create(&shared.dir, next));
-        shared
-            .current_segment
-            .store(w.segment.seq, Ordering::Relaxed);
+    let due = w.segment.len >= shared.options.segment_bytes;
+    if due && !w.full {
+        let made = rotate(shared, w);
+        note_space(shared, w, made.as_ref().err());
+    } else if w.full && w.last_probe.elapsed() >= SPACE_PROBE {
+        // Is there room again? A new segment if this one is done, else more reserved
+        // space in this one.
+        w.last_probe = Instant::now();
+        let found = if due {
+            rotate(shared, w)
+        } else {
+            reserve_ahead(shared, w, 0)
+        };
+        note_space(shared, w, found.as_ref().err());
+    }
+    true
+}
+
+/// Reserves space so that, after `more` bytes are appended, the reserve is still free in
+/// the current segment (plus an extension, so this is not needed at every batch).
+fn reserve_ahead(shared: &Shared, w: &mut WriterState, more: u64) -> io::Result<()> {
+    let needed = w.segment.len + more + shared.options.reserve_bytes();
+    if needed <= w.segment.reserved_to {
+        return Ok(());
+    }
+    let want = needed + shared.options.extension();
+    let from = w.segment.reserved_to;
+    preallocate(&w.segment.file, from, want - from)?;
+    w.segment.reserved_to = want;
+    Ok(())
+}
+
+/// Starts the next segment: made (with its space reserved) before the current one is
+/// sealed, so a crash in between leaves two whole segments. Nothing changes on failure.
+fn rotate(shared: &Shared, w: &mut WriterState) -> io::Result<()> {
+    let next = w.segment.seq + 1;
+    let segment = Segment::create_reserving(&shared.dir, next, &shared.options)?;
+    let mut old = std::mem::replace(&mut w.segment, segment);
+    old.seal(next);
+    shared.current_segment.store(next, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Records whether the disk has room for new segments (`problem` is why not), logging
+/// only when that changes, and tells producers through [`Log::has_room`].
+fn note_space(shared: &Shared, w: &mut WriterState, problem: Option<&io::Error>) {
+    let full = problem.is_some();
+    if full != w.full {
+        match problem {
+            Some(e) if is_no_space(e) => tracing::warn!("{NO_ROOM_MESSAGE} ({e})"),
+            Some(e) => tracing::error!(
+                "cannot make a new log segment: {e}; new jobs are refused until it can be made"
+            ),
+            None => tracing::info!("the disk has room for the log again: accepting new jobs"),
+        }
+        w.full = full;
+    }
+    let writes_fail = shared.failing.load(Ordering::Relaxed);
+    shared
+        .accepting
+        .store(!w.full && !writes_fail, Ordering::Relaxed);
+}
+
+/// A snapshot that was requested is not made after all: dropping its request stops its
+/// feeder, and the log keeps every segment. Nobody waits for it any longer (a shutdown
+/// waits for a running snapshot).
+fn abandon_snapshot(shared: &Shared, req: SnapshotRequest) {
+    drop(req);
+    shared.snapshot_running.store(false, Ordering::Release);
+}
+
+/// Appends `data` to the current segment, reserving space first if it runs past what
+/// is reserved. A failing write is retried with back-off (nothing after it is
+/// acknowledged meanwhile, and new jobs are refused), logged when it starts failing and
+/// when it works again; a `snapshot` waiting for this write is abandoned. Returns false if
+/// the log is closing and it failed for [`CLOSE_GIVE_UP`].
+fn write_data(
+    shared: &Shared,
+    w: &mut WriterState,
+    data: &[u8],
+    snapshot: &mut Option<SnapshotRequest>,
+) -> bool {
+    if data.is_empty() {
+        return true;
+    }
+    if !w.full {
+        // Keeps the reserve free behind this batch. If that fails, new jobs are refused
+        // from now on and this batch goes into the reserve.
+        if let Err(e) = reserve_ahead(shared, w, data.len() as u64) {
+            note_space(shared, w, Some(&e));
+        }
+    }
+    let end = w.segment.len + data.len() as u64;
+    if end > w.segment.reserved_to {
+        // Past the reserve (records that add no jobs used it all, or a batch larger than
+        // it): written anyway, the file system may still find the blocks.
+        let from = w.segment.reserved_to;
+        if preallocate(&w.segment.file, from, end - from).is_ok() {
+            w.segment.reserved_to = end;
+        }
+    }
+    let mut delay = Duration::from_millis(10);
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        match w.segment.write(data) {
+            Ok(()) => {
+                if shared.failing.swap(false, Ordering::AcqRel) {
+                    tracing::info!("log writes work again");
+                    let full = w.full;
+                    shared.accepting.store(!full, Ordering::Relaxed);
+                }
+                return true;
+            }
+            Err(e) => {
+                // No snapshot on a log that cannot be written (nor one requested since):
+                // a shutdown waits for a running snapshot, and must not wait for this.
+                let requested = shared.pending.lock().expect("log lock").snapshot.take();
+                for req in [snapshot.take(), requested].into_iter().flatten() {
+                    abandon_snapshot(shared, req);
+                }
+                if !shared.failing.swap(true, Ordering::AcqRel) {
+                    shared.accepting.store(false, Ordering::Relaxed);
+                    tracing::error!(
+                        "log write failed: {e}; retrying until it works (new jobs are refused; \
+                         nothing after it is acknowledged until it is written)"
+                    );
+                }
+                if shared.closing.load(Ordering::Acquire) {
+                    let at = *give_up_at.get_or_insert_with(|| Instant::now() + CLOSE_GIVE_UP);
+                    if Instant::now() >= at {
+                        tracing::error!(
+                            "shutting down with {} bytes of log records unwritten ({e}); they \
+                             were never acknowledged",
+                            data.len()
+                        );
+                        return false;
+                    }
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+        }
     }
 }
 
@@ -525,12 +823,22 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
             let shared = shared_for_thread;
             match write_snapshot(&shared.dir, seq, req.feed, req.next_id) {
                 Ok(jobs) => {
+                    if shared.snapshot_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!("snapshots work again");
+                    }
                     tracing::info!("snapshot {seq} written ({jobs} jobs); older log files removed")
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     tracing::info!("snapshot {seq} abandoned; the log keeps all segments")
                 }
-                Err(e) => tracing::error!("snapshot {seq} failed: {e}; the log keeps all segments"),
+                // Compaction tries again every second: say it once, not every time.
+                Err(e) if shared.snapshot_failing.swap(true, Ordering::Relaxed) => {
+                    tracing::debug!("snapshot {seq} failed again: {e}")
+                }
+                Err(e) => tracing::error!(
+                    "snapshot {seq} failed: {e}; the log keeps all segments (tried again \
+                     later; logged again when it works)"
+                ),
             }
             shared.snapshot_running.store(false, Ordering::Release);
         });

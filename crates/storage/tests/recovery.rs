@@ -20,6 +20,8 @@ const T0: Millis = 1_700_000_000_000;
 const SEC: Millis = 1000;
 /// Segment and snapshot headers are 16 bytes; records start after them.
 const HEADER_LEN: u64 = 16;
+/// A segment with a successor ends with a record naming it: frame header, type, sequence.
+const SEGMENT_END_RECORD: u64 = 8 + 1 + 8;
 
 // ----- helpers ----------------------------------------------------------------------------
 
@@ -590,7 +592,9 @@ fn garbage_after_the_last_record_is_a_torn_tail() {
 }
 
 #[test]
-fn a_newest_segment_whose_header_never_made_it_is_removed() {
+fn a_newest_segment_an_older_version_left_without_its_header_is_removed() {
+    // Older versions created segments in place, so a crash could leave one without its
+    // whole header. Its predecessor does not name it (no end record): that is the sign.
     let dir = tempfile::tempdir().unwrap();
     five_puts(dir.path());
     let torn = segment(dir.path(), 2);
@@ -599,7 +603,8 @@ fn a_newest_segment_whose_header_never_made_it_is_removed() {
     assert_eq!(r.job_count(), 5);
     assert_eq!(report.torn_tail, Some((torn.clone(), 0, 4)));
     assert!(!torn.exists());
-    assert_eq!(report.next_segment, 3);
+    // Its number is used again, so the segments stay without a gap.
+    assert_eq!(report.next_segment, 2);
     // Starting the log there works, and the next recovery is clean.
     let log = open(dir.path(), report.next_segment, LogOptions::default());
     let lsn = log.append(std::iter::once(simple_put(6, "after")));
@@ -677,7 +682,8 @@ fn damage_in_an_older_segment_is_an_error_even_at_its_end() {
     write_segment(dir.path(), 2, &[simple_put(6, "in segment two")]);
     let sizes = record_sizes(&changes);
     let path = segment(dir.path(), 1);
-    let full = fs::metadata(&path).unwrap().len();
+    // Segment 1 ends with the record naming segment 2; drop it to cut the last put.
+    let full = fs::metadata(&path).unwrap().len() - SEGMENT_END_RECORD;
     // Cut the last record of segment 1: that is not a crash tail, as segment 2 follows.
     let file = OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(full - 3).unwrap();
@@ -741,10 +747,16 @@ fn a_bad_segment_header_is_an_error() {
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
+    // Salvage skips the header, says so, and reads the records after it.
+    let (r, report) = recover_engine(dir.path(), true).unwrap();
+    assert_eq!(ids_of(&r, 10), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(report.salvaged, vec![(path.clone(), 0, HEADER_LEN)]);
+
     // A segment whose header names another sequence number is not trusted either.
     let dir = tempfile::tempdir().unwrap();
     five_puts(dir.path());
-    fs::rename(segment(dir.path(), 1), segment(dir.path(), 4)).unwrap();
+    write_segment(dir.path(), 2, &[simple_put(6, "x")]);
+    fs::copy(segment(dir.path(), 2), segment(dir.path(), 1)).unwrap();
     assert!(matches!(
         recover_engine(dir.path(), false),
         Err(RecoveryError::Corrupt { offset: 0, .. })
@@ -915,13 +927,31 @@ fn a_damaged_snapshot_is_an_error() {
     assert_eq!(r.job_count(), 4);
     assert_eq!(report.salvaged.len(), 1);
 
-    // No end marker (cut short): an error even with salvage, the snapshot is not whole.
+    // No end marker (cut short): an error; salvage reads the whole records it still has.
     fs::write(&path, &good[..good.len() - 5]).unwrap();
     assert!(matches!(
         recover_engine(dir.path(), false),
         Err(RecoveryError::Corrupt { .. })
     ));
-    assert!(recover_engine(dir.path(), true).is_err());
+    let (r, report) = recover_engine(dir.path(), true).unwrap();
+    assert_eq!(r.job_count(), 5);
+    assert_eq!(report.salvaged.len(), 1, "the broken end is reported");
+
+    // A damaged header: an error, and salvage skips it and reads the records.
+    let mut data = good.clone();
+    data[3] ^= 0xff;
+    fs::write(&path, &data).unwrap();
+    match recover_engine(dir.path(), false) {
+        Err(RecoveryError::Corrupt {
+            path: p, offset, ..
+        }) => {
+            assert_eq!((p, offset), (path.clone(), 0))
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let (r, report) = recover_engine(dir.path(), true).unwrap();
+    assert_eq!(r.job_count(), 5);
+    assert_eq!(report.salvaged, vec![(path.clone(), 0, HEADER_LEN + 8)]);
 
     // Restored, it recovers.
     fs::write(&path, &good).unwrap();
