@@ -135,6 +135,8 @@ pub fn parse(args: &[String]) -> Compat {
         verbosity,
         threads: None,
         gearman_listen: None,
+        http_listen: None,
+        http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         gearman: Default::default(),
     })
 }

@@ -1,0 +1,82 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+
+use jobyard_broker::{Broker, ProtocolMetrics};
+use jobyard_engine::ConnId;
+use jobyard_net::Gate;
+
+use crate::workers::Workers;
+use crate::Config;
+
+/// The front end's shared state, cloned into every request (it is a few `Arc`s).
+#[derive(Clone)]
+pub struct Api {
+    pub(crate) inner: Arc<Inner>,
+    /// Cached from the config: extractors read it on every request.
+    pub(crate) request_limit: usize,
+}
+
+/// See [`Api`].
+pub struct Inner {
+    pub broker: Arc<Broker>,
+    pub config: Config,
+    pub gate: Gate,
+    pub metrics: Arc<ProtocolMetrics>,
+    pub workers: Workers,
+    /// The session requests that hold no lease act as (a delete of a job nobody holds).
+    /// It never leases, waits or watches, so nothing is ever sent to it.
+    pub anonymous: ConnId,
+}
+
+impl std::ops::Deref for Api {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+/// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
+pub const COMMAND_NAMES: [&str; 15] = [
+    "put",
+    "get-job",
+    "delete-job",
+    "job-result",
+    "lease",
+    "heartbeat",
+    "complete",
+    "fail",
+    "release",
+    "create-worker",
+    "delete-worker",
+    "list-queues",
+    "queue-counts",
+    "list-jobs",
+    "health",
+];
+
+/// A counted command: its index in [`COMMAND_NAMES`].
+#[derive(Clone, Copy)]
+pub enum Command {
+    Put,
+    GetJob,
+    DeleteJob,
+    JobResult,
+    Lease,
+    Heartbeat,
+    Complete,
+    Fail,
+    Release,
+    CreateWorker,
+    DeleteWorker,
+    ListQueues,
+    QueueCounts,
+    ListJobs,
+    Health,
+}
+
+impl Api {
+    pub(crate) fn count(&self, c: Command) {
+        self.metrics.count(c as usize);
+    }
+}
