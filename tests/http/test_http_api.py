@@ -95,7 +95,7 @@ def test_put_with_defaults_and_describe(http):
     job = http.get(f"/v1/jobs/{put['id']}").json()
     assert job["id"] == put["id"] and job["queue"] == "emails" and job["state"] == "ready"
     assert job["priority"] == 1024 and job["ttr"] == 60 and job["delay"] == 0
-    assert job["attempts"] == 0 and job["durable"] is True
+    assert job["attempts"] == 0 and job["durable"] is True and job["watchers"] == 0
     assert job["attributes"] == {"to": ["a"]}
     assert job["body_preview"] == "hello" and job["body_size"] == 5
     assert job["body_truncated"] is False and job["time_left_ms"] is None
@@ -384,14 +384,11 @@ def test_result_of_a_job_that_does_not_end_in_time(http):
 def test_a_deleted_job_answers_its_waiter(http):
     id_ = http.put_job("q", body="x")
     join = in_thread(lambda: http.get(f"/v1/jobs/{id_}/result", params={"wait_ms": 30_000}))
-    wait_until(lambda: http.get("/v1/health").status_code == 200, "the server")
-    time.sleep(0.2)  # let the watch start (if it has not, the delete ends it with 404)
+    wait_until(lambda: http.get(f"/v1/jobs/{id_}").json()["watchers"] == 1, "the watch")
     http.delete(f"/v1/jobs/{id_}")
     r = join()
-    if r.status_code == 200:
-        assert r.json() == {"id": id_, "ended": True, "status": "deleted"}
-    else:
-        assert error_code(r) == "not_found"
+    assert r.status_code == 200
+    assert r.json() == {"id": id_, "ended": True, "status": "deleted"}
 
 
 # -- queues -----------------------------------------------------------------------------

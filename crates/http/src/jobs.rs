@@ -104,6 +104,7 @@ pub async fn get(State(api): State<Api>, PathText(id): PathText) -> Result<Json<
     obj.insert("buries".into(), job.buries.into());
     obj.insert("kicks".into(), job.kicks.into());
     obj.insert("durable".into(), job.durable.into());
+    obj.insert("watchers".into(), txn.watcher_count(id).into());
     obj.insert("created_ms".into(), job.created.into());
     obj.insert("age_ms".into(), now.saturating_sub(job.created).into());
     let left = match job.state {
