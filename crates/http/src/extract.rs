@@ -25,15 +25,19 @@ impl<T: DeserializeOwned> FromRequest<Api> for JsonBody<T> {
                 ApiError::bad_request(format!("cannot read the request body: {e}"))
             }
         })?;
-        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &bytes
-        };
-        serde_json::from_slice(text)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_json(e.to_string()))
+        parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// A request body as `T`: what [`JsonBody`] does once the bytes are read. An empty (or
+/// all-whitespace) body reads as `{}`.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(text).map_err(|e| ApiError::bad_json(e.to_string()))
 }
 
 /// Query parameters.

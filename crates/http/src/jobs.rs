@@ -38,6 +38,28 @@ pub struct PutRequest {
     attributes: Option<Value>,
 }
 
+/// A put that passed every check: what goes into the engine.
+pub(crate) struct CheckedPut {
+    body: bytes::Bytes,
+    attrs: Option<bytes::Bytes>,
+    pri: u32,
+    delay: u32,
+    ttr: u32,
+}
+
+impl PutRequest {
+    /// Decodes the body and checks every bound.
+    pub(crate) fn checked(self, max_job_size: u32) -> Result<CheckedPut, ApiError> {
+        Ok(CheckedPut {
+            body: bytes_in(self.body, self.body_base64, "body", max_job_size)?,
+            attrs: attributes_in(self.attributes)?,
+            pri: self.priority.unwrap_or(DEFAULT_PRIORITY),
+            delay: self.delay.unwrap_or(0),
+            ttr: self.ttr.unwrap_or(DEFAULT_TTR).max(1),
+        })
+    }
+}
+
 pub async fn put(
     State(api): State<Api>,
     PathText(queue): PathText,
@@ -45,31 +67,30 @@ pub async fn put(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     api.count(Command::Put);
     check_queue_name(&queue)?;
-    let body = bytes_in(req.body, req.body_base64, "body", api.config.max_job_size)?;
-    let attrs = attributes_in(req.attributes)?;
+    let req = req.checked(api.config.max_job_size)?;
     if api.broker.draining() {
         return Err(ApiError::draining());
     }
     let now = Broker::now();
-    let delay = req.delay.unwrap_or(0);
+    let delay = req.delay;
     let (id, lsn) = {
         let mut txn = api.broker.lock();
         let q = txn.queue_id_or_create(queue.as_bytes());
         let put = txn.put_job(
             NewJob {
                 queue: q,
-                pri: req.priority.unwrap_or(DEFAULT_PRIORITY),
-                ttr: req.ttr.unwrap_or(DEFAULT_TTR).max(1),
+                pri: req.pri,
+                ttr: req.ttr,
                 ready_at: if delay > 0 {
                     now + delay as u64 * 1000
                 } else {
                     0
                 },
                 delay,
-                body,
+                body: req.body,
                 unique: None,
                 durable: true,
-                attrs,
+                attrs: req.attrs,
             },
             now,
         );

@@ -106,35 +106,66 @@ fn give_back_strays(txn: &mut Txn<'_>, conn: ConnId, mailbox: &mut Mailbox) {
     }
 }
 
+/// A lease request that passed every check.
+pub(crate) struct CheckedLease {
+    worker: Option<String>,
+    queues: Vec<String>,
+    lease: Lease,
+    wait_ms: u64,
+}
+
+impl LeaseRequest {
+    /// Checks every bound.
+    pub(crate) fn checked(self) -> Result<CheckedLease, ApiError> {
+        if self.queues.is_empty() || self.queues.len() > MAX_LEASE_QUEUES {
+            return Err(ApiError::bad_request(format!(
+                "`queues` names 1 to {MAX_LEASE_QUEUES} queues"
+            )));
+        }
+        for q in &self.queues {
+            check_queue_name(q)?;
+        }
+        let lease = match check_lease_ms(self.lease_ms)? {
+            None => Lease::JobTtr,
+            Some(ms) => Lease::For(ms),
+        };
+        let wait_ms = self.wait_ms.unwrap_or(0);
+        if wait_ms > MAX_WAIT_MS {
+            return Err(ApiError::bad_request(format!(
+                "wait_ms is at most {MAX_WAIT_MS}"
+            )));
+        }
+        Ok(CheckedLease {
+            worker: self.worker,
+            queues: self.queues,
+            lease,
+            wait_ms,
+        })
+    }
+}
+
+/// A lease length is 1 to [`MAX_LEASE_MS`] milliseconds.
+fn check_lease_ms(ms: Option<u64>) -> Result<Option<u64>, ApiError> {
+    match ms {
+        Some(ms) if !(1..=MAX_LEASE_MS).contains(&ms) => Err(ApiError::bad_request(format!(
+            "lease_ms is 1 to {MAX_LEASE_MS}"
+        ))),
+        ms => Ok(ms),
+    }
+}
+
 pub async fn lease(
     State(api): State<Api>,
     JsonBody(req): JsonBody<LeaseRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::Lease);
-    if req.queues.is_empty() || req.queues.len() > MAX_LEASE_QUEUES {
-        return Err(ApiError::bad_request(format!(
-            "`queues` names 1 to {MAX_LEASE_QUEUES} queues"
-        )));
-    }
-    for q in &req.queues {
-        check_queue_name(q)?;
-    }
-    let lease = match req.lease_ms {
-        None => Lease::JobTtr,
-        Some(ms) if (1..=MAX_LEASE_MS).contains(&ms) => Lease::For(ms),
-        Some(_) => {
-            return Err(ApiError::bad_request(format!(
-                "lease_ms is 1 to {MAX_LEASE_MS}"
-            )))
-        }
-    };
-    let wait_ms = req.wait_ms.unwrap_or(0);
-    if wait_ms > MAX_WAIT_MS {
-        return Err(ApiError::bad_request(format!(
-            "wait_ms is at most {MAX_WAIT_MS}"
-        )));
-    }
-    let worker: Arc<Worker> = match &req.worker {
+    let CheckedLease {
+        worker,
+        queues,
+        lease,
+        wait_ms,
+    } = req.checked()?;
+    let worker: Arc<Worker> = match &worker {
         Some(w) => api.workers.get(w)?,
         None => api.workers.create(&api.broker, &api.gate, &api.metrics)?,
     };
@@ -153,7 +184,7 @@ pub async fn lease(
     let first = {
         let mut txn = api.broker.lock();
         give_back_strays(&mut txn, worker.conn, &mut wait.mailbox);
-        for name in &req.queues {
+        for name in &queues {
             let q = txn.queue_id_or_create(name.as_bytes());
             txn.add_consumer(q);
             wait.queues.push(q);
@@ -272,6 +303,13 @@ pub struct HeartbeatRequest {
     lease_ms: Option<u64>,
 }
 
+impl HeartbeatRequest {
+    /// Checks the lease length asked for.
+    pub(crate) fn checked(&self) -> Result<(), ApiError> {
+        check_lease_ms(self.lease_ms).map(drop)
+    }
+}
+
 pub async fn heartbeat(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -279,13 +317,7 @@ pub async fn heartbeat(
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::Heartbeat);
     let id = job_id(&id)?;
-    if let Some(ms) = req.lease_ms {
-        if !(1..=MAX_LEASE_MS).contains(&ms) {
-            return Err(ApiError::bad_request(format!(
-                "lease_ms is 1 to {MAX_LEASE_MS}"
-            )));
-        }
-    }
+    req.checked()?;
     let worker = api.workers.get(&req.worker)?;
     let mut txn = api.broker.lock();
     let conn = holder(&txn, worker.conn, id, Some(req.token))?;
@@ -315,6 +347,14 @@ pub struct CompleteRequest {
     result_base64: Option<String>,
 }
 
+impl CompleteRequest {
+    /// The end it asks for, its result bounded by the job size limit.
+    pub(crate) fn checked(self, max_job_size: u32) -> Result<JobEnd, ApiError> {
+        let result = bytes_in(self.result, self.result_base64, "result", max_job_size)?;
+        Ok(JobEnd::ok(result))
+    }
+}
+
 pub async fn complete(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -322,13 +362,9 @@ pub async fn complete(
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::Complete);
     let id = job_id(&id)?;
-    let result = bytes_in(
-        req.result,
-        req.result_base64,
-        "result",
-        api.config.max_job_size,
-    )?;
-    end(&api, id, &req.worker, req.token, JobEnd::ok(result)).await?;
+    let (worker, token) = (req.worker.clone(), req.token);
+    let end_ok = req.checked(api.config.max_job_size)?;
+    end(&api, id, &worker, token, end_ok).await?;
     ProtocolMetrics::inc(&api.metrics.jobs_completed);
     Ok(Json(serde_json::json!({ "id": id, "status": "ok" })))
 }
@@ -343,6 +379,14 @@ pub struct FailRequest {
     error: Option<String>,
 }
 
+impl FailRequest {
+    /// The end it asks for, its error bounded by the job size limit.
+    pub(crate) fn checked(self, max_job_size: u32) -> Result<JobEnd, ApiError> {
+        let error = bytes_in(self.error, None, "error", max_job_size)?;
+        Ok(JobEnd::failed((!error.is_empty()).then_some(error)))
+    }
+}
+
 pub async fn fail(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -350,9 +394,9 @@ pub async fn fail(
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::Fail);
     let id = job_id(&id)?;
-    let error = bytes_in(req.error, None, "error", api.config.max_job_size)?;
-    let error = (!error.is_empty()).then_some(error);
-    end(&api, id, &req.worker, req.token, JobEnd::failed(error)).await?;
+    let (worker, token) = (req.worker.clone(), req.token);
+    let failure = req.checked(api.config.max_job_size)?;
+    end(&api, id, &worker, token, failure).await?;
     ProtocolMetrics::inc(&api.metrics.jobs_failed);
     Ok(Json(serde_json::json!({ "id": id, "status": "failed" })))
 }

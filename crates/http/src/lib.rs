@@ -38,6 +38,43 @@ use crate::listener::GatedListener;
 use crate::state::{Api, Inner, COMMAND_NAMES};
 use crate::workers::Workers;
 
+/// Entry points for the fuzz targets (fuzz/): every decoder of the bytes a client sends,
+/// called exactly as the handlers call them.
+pub mod fuzzing {
+    use crate::error::ApiError;
+    use crate::extract::{job_id, parse_json};
+    use crate::jobs::PutRequest;
+    use crate::leases::{
+        CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest,
+    };
+    use crate::queues::{check_queue_name, parse_cursor};
+
+    /// Decodes and checks `body` as the request body of one kind of request (`which`
+    /// picks it), or `body` as path and query values; a refusal is an [`ApiError`].
+    pub fn decode(which: u8, body: &[u8], max_job_size: u32) -> Result<(), ApiError> {
+        match which % 7 {
+            0 => parse_json::<PutRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            1 => parse_json::<LeaseRequest>(body)?.checked().map(drop),
+            2 => parse_json::<HeartbeatRequest>(body)?.checked(),
+            3 => parse_json::<CompleteRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            4 => parse_json::<FailRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            5 => parse_json::<ReleaseRequest>(body).map(drop),
+            _ => {
+                let text = String::from_utf8_lossy(body);
+                let _ = job_id(&text);
+                let _ = parse_cursor(&text);
+                check_queue_name(&text)
+            }
+        }
+    }
+}
+
 /// Settings of the HTTP front end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {

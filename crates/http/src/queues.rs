@@ -139,7 +139,7 @@ fn parse_state(s: Option<&str>) -> Result<JobState, ApiError> {
 }
 
 /// A cursor travels as `"<position>.<id>"`.
-fn parse_cursor(s: &str) -> Result<Cursor, ApiError> {
+pub(crate) fn parse_cursor(s: &str) -> Result<Cursor, ApiError> {
     s.split_once('.')
         .and_then(|(a, b)| Some(Cursor(a.parse().ok()?, b.parse().ok()?)))
         .ok_or_else(|| ApiError::bad_request(format!("{s:?} is not a cursor")))

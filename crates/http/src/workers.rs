@@ -162,3 +162,105 @@ impl Workers {
         self.table().len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use jobyard_engine::{Lease, ReserveOutcome, WaitMode};
+
+    fn setup(places: usize) -> (Arc<Broker>, Gate, Arc<ProtocolMetrics>, Workers) {
+        let broker = Broker::in_memory();
+        let metrics = broker.metrics().protocol("http", &[]);
+        (
+            broker,
+            Gate::new(places),
+            metrics,
+            Workers::new(Duration::ZERO),
+        )
+    }
+
+    #[test]
+    fn an_idle_worker_ends_unless_it_holds_a_lease_or_is_in_use() {
+        let (broker, gate, metrics, workers) = setup(4);
+        let holder = workers.create(&broker, &gate, &metrics).unwrap();
+        let idle = workers.create(&broker, &gate, &metrics).unwrap();
+        let (idle_id, holder_conn) = (idle.id(), holder.conn);
+        drop(idle);
+        let id = {
+            let mut txn = broker.lock();
+            let q = txn.queue_id_or_create(b"q");
+            let id = txn.put(q, 1, 0, 60, Bytes::from_static(b"x"), true, 1).id;
+            let got = txn.reserve(
+                holder_conn,
+                &[q],
+                WaitMode::Best,
+                Lease::JobTtr,
+                Some(0),
+                false,
+                1,
+            );
+            assert_eq!(got, ReserveOutcome::Reserved(id));
+            id
+        };
+        assert_eq!(workers.sweep(&broker), 1, "the idle one ends");
+        assert!(workers.get(&idle_id).is_err());
+        let in_use = workers.get(&holder.id()).unwrap();
+        assert!(broker.lock().release(holder_conn, id, 1, 0, 2));
+        assert_eq!(workers.sweep(&broker), 0, "a request is using it");
+        drop((in_use, holder));
+        let id = {
+            let mut txn = broker.lock();
+            let q = txn.queue_id(b"q").unwrap();
+            let got = txn.reserve(
+                holder_conn,
+                &[q],
+                WaitMode::Best,
+                Lease::JobTtr,
+                Some(0),
+                false,
+                3,
+            );
+            assert_eq!(got, ReserveOutcome::Reserved(id));
+            id
+        };
+        assert_eq!(workers.sweep(&broker), 0, "it holds a lease");
+        assert_eq!(workers.count(), 1);
+        assert!(broker.lock().release(holder_conn, id, 1, 0, 4));
+        assert_eq!(workers.sweep(&broker), 1);
+        assert_eq!(workers.count(), 0);
+    }
+
+    #[test]
+    fn workers_take_places_from_the_gate_and_give_them_back_when_they_end() {
+        let (broker, gate, metrics, workers) = setup(1);
+        let w = workers.create(&broker, &gate, &metrics).unwrap();
+        let err = workers.create(&broker, &gate, &metrics).err().unwrap();
+        assert_eq!(err.code, "too_many_sessions");
+        let id = w.id();
+        drop(w);
+        drop(workers.remove(&id).unwrap());
+        assert!(workers.create(&broker, &gate, &metrics).is_ok());
+        workers.clear();
+        assert!(gate.try_enter("after clear").is_some());
+        assert_eq!(workers.remove("nope").err().unwrap().code, "unknown_worker");
+    }
+
+    #[test]
+    fn ending_a_worker_gives_its_jobs_back() {
+        let (broker, gate, metrics, workers) = setup(2);
+        let w = workers.create(&broker, &gate, &metrics).unwrap();
+        let conn = w.conn;
+        let id = {
+            let mut txn = broker.lock();
+            let q = txn.queue_id_or_create(b"q");
+            let id = txn.put(q, 1, 0, 60, Bytes::from_static(b"x"), true, 1).id;
+            txn.reserve(conn, &[q], WaitMode::Best, Lease::JobTtr, Some(0), false, 1);
+            id
+        };
+        drop(w);
+        drop(workers.remove(&conn.to_string()).unwrap());
+        let txn = broker.lock();
+        assert_eq!(txn.job(id).unwrap().state, jobyard_engine::JobState::Ready);
+    }
+}
