@@ -124,6 +124,15 @@ impl ApiError {
             format!("job {id} is leased; only its holder (worker and token) may do that"),
         )
     }
+    /// The job cannot move to another queue: it has a unique key (a Gearman job), and
+    /// keys are unique per queue.
+    pub fn not_routable(id: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_routable",
+            format!("job {id} has a unique key and cannot move to another queue"),
+        )
+    }
     /// The worker already has a lease request waiting.
     pub fn worker_busy() -> ApiError {
         ApiError::new(

@@ -18,7 +18,7 @@ use jobyard_engine::{
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::encoding::{attributes_out, bytes_in, bytes_out};
+use crate::encoding::{attributes_in, attributes_out, bytes_in, bytes_out};
 use crate::error::ApiError;
 use crate::extract::{job_id, JsonBody, PathText};
 use crate::limits::{MAX_LEASE_MS, MAX_LEASE_QUEUES, MAX_WAIT_MS};
@@ -447,4 +447,73 @@ pub async fn release(
     api.broker.wait_durable(lsn).await;
     let state = if delay > 0 { "delayed" } else { "ready" };
     Ok(Json(serde_json::json!({ "id": id, "state": state })))
+}
+
+/// `POST /v1/jobs/{id}/route`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteRequest {
+    /// The worker holding the lease and the token it was handed with it.
+    worker: String,
+    token: u32,
+    /// The queue the job moves to.
+    queue: String,
+    /// Its priority there; unchanged when absent.
+    priority: Option<u32>,
+    /// Its attributes from now on; unchanged when absent.
+    attributes: Option<Value>,
+}
+
+/// A route that passed every check.
+pub(crate) struct CheckedRoute {
+    worker: String,
+    token: u32,
+    queue: String,
+    priority: Option<u32>,
+    attrs: Option<bytes::Bytes>,
+}
+
+impl RouteRequest {
+    /// Checks the queue name and the attributes' size.
+    pub(crate) fn checked(self) -> Result<CheckedRoute, ApiError> {
+        check_queue_name(&self.queue)?;
+        Ok(CheckedRoute {
+            attrs: attributes_in(self.attributes)?,
+            worker: self.worker,
+            token: self.token,
+            queue: self.queue,
+            priority: self.priority,
+        })
+    }
+}
+
+/// Ends the job's lease and moves it, ready, to another queue in one durable step: this
+/// stage is done and the next one's workers can take it. The job keeps its id, body and
+/// waiters; its next lease has the next token.
+pub async fn route(
+    State(api): State<Api>,
+    PathText(id): PathText,
+    JsonBody(req): JsonBody<RouteRequest>,
+) -> Result<Json<Value>, ApiError> {
+    api.count(Command::Route);
+    let id = job_id(&id)?;
+    let req = req.checked()?;
+    let worker = api.workers.get(&req.worker)?;
+    let lsn = {
+        let mut txn = api.broker.lock();
+        let conn = holder(&txn, worker.conn, id, Some(req.token))?;
+        if txn.unique_of(id).is_some() {
+            return Err(ApiError::not_routable(id));
+        }
+        let pri = req
+            .priority
+            .unwrap_or_else(|| txn.job(id).expect("held job exists").pri);
+        let to = txn.queue_id_or_create(req.queue.as_bytes());
+        txn.route(conn, id, to, pri, req.attrs, Broker::now());
+        txn.commit()
+    };
+    api.broker.wait_durable(lsn).await;
+    Ok(Json(
+        serde_json::json!({ "id": id, "queue": req.queue, "state": "ready" }),
+    ))
 }

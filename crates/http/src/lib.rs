@@ -45,14 +45,14 @@ pub mod fuzzing {
     use crate::extract::{job_id, parse_json};
     use crate::jobs::PutRequest;
     use crate::leases::{
-        CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest,
+        CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest, RouteRequest,
     };
     use crate::queues::{check_queue_name, parse_cursor};
 
     /// Decodes and checks `body` as the request body of one kind of request (`which`
     /// picks it), or `body` as path and query values; a refusal is an [`ApiError`].
     pub fn decode(which: u8, body: &[u8], max_job_size: u32) -> Result<(), ApiError> {
-        match which % 7 {
+        match which % 8 {
             0 => parse_json::<PutRequest>(body)?
                 .checked(max_job_size)
                 .map(drop),
@@ -65,6 +65,7 @@ pub mod fuzzing {
                 .checked(max_job_size)
                 .map(drop),
             5 => parse_json::<ReleaseRequest>(body).map(drop),
+            6 => parse_json::<RouteRequest>(body)?.checked().map(drop),
             _ => {
                 let text = String::from_utf8_lossy(body);
                 let _ = job_id(&text);

@@ -31,6 +31,7 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
         ("POST", "/v1/jobs/{id}/complete", post(leases::complete)),
         ("POST", "/v1/jobs/{id}/fail", post(leases::fail)),
         ("POST", "/v1/jobs/{id}/release", post(leases::release)),
+        ("POST", "/v1/jobs/{id}/route", post(leases::route)),
         ("POST", "/v1/workers", post(create_worker)),
         ("DELETE", "/v1/workers/{worker}", delete(delete_worker)),
     ]

@@ -37,7 +37,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 15] = [
+pub const COMMAND_NAMES: [&str; 16] = [
     "put",
     "get-job",
     "delete-job",
@@ -53,6 +53,7 @@ pub const COMMAND_NAMES: [&str; 15] = [
     "queue-counts",
     "list-jobs",
     "health",
+    "route",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -73,6 +74,7 @@ pub enum Command {
     QueueCounts,
     ListJobs,
     Health,
+    Route,
 }
 
 impl Api {
