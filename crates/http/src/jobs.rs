@@ -253,7 +253,7 @@ pub async fn result(
                 let job = txn.job(id).ok_or_else(|| ApiError::job_not_found(id))?;
                 return Ok(Json(pending(id, job.state)));
             }
-            _ = shutdown.changed() => return Err(ApiError::shutting_down()),
+            _ = shutdown.wait_for(|&stopping| stopping) => return Err(ApiError::shutting_down()),
         }
     }
 }

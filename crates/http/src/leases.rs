@@ -221,7 +221,7 @@ pub async fn lease(
         let notice = tokio::select! {
             n = wait.mailbox.recv() => n,
             _ = &mut backstop => Some(NoticeKind::TimedOut),
-            _ = shutdown.changed() => None,
+            _ = shutdown.wait_for(|&stopping| stopping) => None,
         };
         let handed = {
             let mut txn = api.broker.lock();
