@@ -90,9 +90,11 @@ impl ApiError {
             format!("no worker {worker:?} (deleted, or expired after being idle)"),
         )
     }
+    /// No route at that path.
     pub fn no_such_route() -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "no_such_route", "no such route")
     }
+    /// The route exists but not with that method.
     pub fn method_not_allowed() -> ApiError {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -157,6 +159,7 @@ impl ApiError {
             "the server is draining and accepts no new jobs",
         )
     }
+    /// The server is stopping: waiting requests end with this.
     pub fn shutting_down() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

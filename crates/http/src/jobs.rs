@@ -60,6 +60,7 @@ impl PutRequest {
     }
 }
 
+/// Puts a job and answers once it is durable.
 pub async fn put(
     State(api): State<Api>,
     PathText(queue): PathText,

@@ -154,6 +154,8 @@ fn check_lease_ms(ms: Option<u64>) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// Leases the best ready job of the queues, or waits for one (long poll), for a worker
+/// session; fences it before answering.
 pub async fn lease(
     State(api): State<Api>,
     JsonBody(req): JsonBody<LeaseRequest>,
@@ -310,6 +312,7 @@ impl HeartbeatRequest {
     }
 }
 
+/// Restarts a lease's clock.
 pub async fn heartbeat(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -355,6 +358,7 @@ impl CompleteRequest {
     }
 }
 
+/// Ends a leased job successfully; its waiters get the result.
 pub async fn complete(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -387,6 +391,7 @@ impl FailRequest {
     }
 }
 
+/// Ends a leased job as failed for good; its waiters get the error.
 pub async fn fail(
     State(api): State<Api>,
     PathText(id): PathText,
@@ -426,6 +431,7 @@ pub struct ReleaseRequest {
     delay: Option<u32>,
 }
 
+/// Gives a leased job back, ready now or after a delay.
 pub async fn release(
     State(api): State<Api>,
     PathText(id): PathText,

@@ -16,6 +16,7 @@ mod error;
 mod extract;
 mod jobs;
 mod leases;
+/// Every bound on what a client sends (docs/http-api.md, "Limits").
 pub mod limits;
 mod listener;
 mod queues;

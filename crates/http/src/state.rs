@@ -19,10 +19,15 @@ pub struct Api {
 
 /// See [`Api`].
 pub struct Inner {
+    /// The engine every request works on.
     pub broker: Arc<Broker>,
+    /// The front end's settings.
     pub config: Config,
+    /// Places under the connection limit, and the shutdown signal.
     pub gate: Gate,
+    /// The `http` protocol's counters.
     pub metrics: Arc<ProtocolMetrics>,
+    /// The live worker sessions.
     pub workers: Workers,
     /// The session requests that hold no lease act as (a delete of a job nobody holds).
     /// It never leases, waits or watches, so nothing is ever sent to it.
@@ -78,6 +83,7 @@ pub enum Command {
 }
 
 impl Api {
+    /// Counts a command in the `http` protocol's metrics.
     pub(crate) fn count(&self, c: Command) {
         self.metrics.count(c as usize);
     }

@@ -21,6 +21,7 @@ use crate::error::ApiError;
 
 /// One worker session.
 pub struct Worker {
+    /// Its session id in the broker (what owns its leases).
     pub conn: ConnId,
     /// Held by the lease request in progress: one at a time per worker.
     pub(crate) mailbox: tokio::sync::Mutex<Mailbox>,
@@ -58,6 +59,7 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// An empty table whose sessions end after `idle` without a request or a lease.
     pub fn new(idle: Duration) -> Workers {
         Workers {
             map: Mutex::new(HashMap::new()),
