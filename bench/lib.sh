@@ -54,6 +54,13 @@ wait_port() {
   done
 }
 
+# `--http-listen off` if this jobyard has the HTTP API (benchmarks measure one protocol,
+# and a fixed default port must not collide with anything).
+jobyard_http_off() {
+  "$JY" serve --help 2>/dev/null | grep -q -- '--http-listen' && echo "--http-listen off"
+  return 0
+}
+
 # server_cmd KIND MODE DIR PORT: prints the command line (one word a line) of a server.
 #   KIND: beanstalkd | gearmand | jobyard-beanstalk | jobyard-gearman | floor
 #   MODE: beanstalkd: mem | binlog | fsync; gearmand: mem | sqlite;
@@ -78,9 +85,11 @@ server_cmd() {
     jobyard-beanstalk)
       local extra=""
       jobyard_has_gearman && extra="--gearman-listen off"
-      echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen "127.0.0.1:$port" --fsync "$mode" $extra ;;
+      echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen "127.0.0.1:$port" --fsync "$mode" $extra \
+        $(jobyard_http_off) ;;
     jobyard-gearman)
-      echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen off --gearman-listen "127.0.0.1:$port" --fsync "$mode" ;;
+      echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen off --gearman-listen "127.0.0.1:$port" --fsync "$mode" \
+        $(jobyard_http_off) ;;
     floor)
       # The kernel floor: one-thread epoll responder, no job state beyond a FIFO (MODE unused).
       echo "$JB" floor --listen "127.0.0.1:$port" ;;

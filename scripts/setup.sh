@@ -59,6 +59,7 @@ $PY -c 'import greenstalk' 2>/dev/null || py_need+=(greenstalk)
 $PY -c 'import pystalk' 2>/dev/null || py_need+=(pystalk)
 $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
 $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
+$PY -c 'import requests' 2>/dev/null || py_need+=(requests)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -73,7 +74,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest' \
+$PY -c 'import greenstalk, pystalk, pytest, requests' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \

@@ -46,7 +46,8 @@ class Jobyard:
             self.proc = subprocess.Popen(
                 [jobyard_bin(), "serve", "--data-dir", self.data_dir,
                  "--gearman-listen", f"127.0.0.1:{self.gport}",
-                 "--beanstalk-listen", f"127.0.0.1:{self.bport}", *self.extra],
+                 "--beanstalk-listen", f"127.0.0.1:{self.bport}",
+                 "--http-listen", "off", *self.extra],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env)
             deadline = time.time() + START_TIMEOUT
             while time.time() < deadline:

@@ -54,4 +54,12 @@ pub enum Change {
     Bury { id: JobId, pri: u32 },
     /// A buried or delayed job was made ready.
     Kick { id: JobId },
+    /// A leased job moved to another queue, ready, with a new priority and (unless
+    /// `None`) new attributes: one stage of a multi-stage job ended and the next began.
+    Route {
+        id: JobId,
+        queue: Bytes,
+        pri: u32,
+        attrs: Option<Bytes>,
+    },
 }

@@ -101,6 +101,23 @@ impl Engine {
         true
     }
 
+    /// Restarts a lease's clock for `ms` from now instead of the job's time-to-run (an HTTP
+    /// heartbeat that names its own lease length). False unless `conn` holds the job.
+    pub fn touch_for(&mut self, conn: ConnId, id: JobId, ms: Millis, now: Millis) -> bool {
+        self.saw(now);
+        if !self.holds(conn, id) {
+            return false;
+        }
+        let old = self.jobs[&id].due;
+        if old > 0 {
+            self.timers.remove(old, Timer::Lease(id));
+        }
+        let due = now + ms.max(1);
+        self.timers.add(due, Timer::Lease(id));
+        self.jobs.get_mut(&id).expect("held job exists").due = due;
+        true
+    }
+
     /// Kicks up to `bound` jobs of a queue: buried ones (oldest first) if it has any,
     /// otherwise delayed ones (soonest first). Returns how many were kicked.
     pub fn kick(&mut self, q: QueueId, bound: u64, now: Millis) -> u64 {

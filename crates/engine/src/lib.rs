@@ -21,6 +21,7 @@ mod notice;
 mod queue;
 mod queues;
 mod recovery;
+mod routing;
 mod states;
 mod timers;
 mod waits;

@@ -91,6 +91,19 @@ impl Engine {
                     self.enter_ready(id);
                 }
             }
+            Change::Route {
+                id,
+                queue,
+                pri,
+                attrs,
+            } => {
+                if let Some(from) = self.jobs.get(&id).map(|j| j.queue) {
+                    self.leave_state(id);
+                    let to = self.queue_id_or_create(&queue);
+                    self.move_to(id, to, pri, attrs);
+                    self.drop_queue_if_unreferenced(from);
+                }
+            }
         }
         self.to_serve.clear();
     }

@@ -428,3 +428,116 @@ fn an_operator_buries_a_waiting_job_but_not_a_leased_one() {
     let r = replayed(e.snapshot());
     assert_eq!(r.job(ready).unwrap().state, JobState::Buried);
 }
+
+// ----- routing to another queue ---------------------------------------------------------------
+
+#[test]
+fn route_moves_a_held_job_to_the_next_queue_in_one_logged_step() {
+    let mut e = Engine::new();
+    let first = e.queue_id_or_create(b"stage-1");
+    let id = e
+        .put_job(
+            NewJob {
+                queue: first,
+                pri: 5,
+                ttr: 60,
+                body: Bytes::from_static(b"state"),
+                durable: true,
+                attrs: Some(Bytes::from_static(b"{\"a\":1}")),
+                ..NewJob::default()
+            },
+            T0,
+        )
+        .id;
+    let second = queue(&mut e, "stage-2");
+    assert!(e.watch(C, id));
+    assert!(!e.route(A, id, second, 1, None, T0), "not held");
+    take(&mut e, A, first);
+    assert_eq!(e.fence(A, id), Some(1));
+    changes(&mut e);
+    assert!(!e.route(B, id, second, 1, None, T0), "held by someone else");
+    // A worker waits on the next stage: the routed job goes straight to it.
+    assert_eq!(block(&mut e, B, second, T0), ReserveOutcome::Waiting);
+    let attrs = Bytes::from_static(b"{\"a\":2}");
+    assert!(e.route(A, id, second, 1, Some(attrs.clone()), T0 + SEC));
+    assert_eq!(
+        changes(&mut e),
+        vec![Change::Route {
+            id,
+            queue: Bytes::from_static(b"stage-2"),
+            pri: 1,
+            attrs: Some(attrs.clone()),
+        }]
+    );
+    assert_eq!(
+        notices(&mut e),
+        vec![Notice {
+            conn: B,
+            kind: NoticeKind::Reserved(id)
+        }],
+        "no end for the watcher: the job goes on"
+    );
+    let job = e.job(id).unwrap();
+    assert_eq!(
+        (job.queue, job.pri, job.state),
+        (second, 1, JobState::Reserved)
+    );
+    assert_eq!(e.attrs_of(id), Some(&attrs));
+    assert_eq!(e.fence(B, id), Some(2), "tokens keep growing across stages");
+    assert_eq!(
+        e.queue_id(b"stage-1"),
+        None,
+        "the emptied stage is forgotten"
+    );
+    assert_eq!(e.watcher_count(id), 1);
+}
+
+#[test]
+fn a_routed_job_comes_back_in_its_new_queue_after_a_restart() {
+    let mut e = Engine::new();
+    let first = queue(&mut e, "one");
+    let id = put(&mut e, first, 9);
+    let next = e.queue_id_or_create(b"two");
+    take(&mut e, A, first);
+    assert!(e.route(A, id, next, 2, Some(Bytes::from_static(b"x")), T0));
+    let live_bytes = e.live_bytes();
+    let log = changes(&mut e);
+    for r in [replayed(log.clone()), replayed(e.snapshot())] {
+        let q = r.queue_id(b"two").expect("the new queue exists");
+        let job = r.job(id).unwrap();
+        assert_eq!((job.queue, job.pri, job.state), (q, 2, JobState::Ready));
+        assert_eq!(r.attrs_of(id).map(|a| &a[..]), Some(&b"x"[..]));
+        assert_eq!(r.queue(q).ready_len(), 1);
+        assert_eq!(r.live_bytes(), live_bytes);
+    }
+    // A route of a job that is gone by the time it is replayed is ignored.
+    let mut r = replayed(log);
+    r.replay(Change::Route {
+        id: 999,
+        queue: Bytes::from_static(b"three"),
+        pri: 0,
+        attrs: None,
+    });
+    assert_eq!(r.queue_id(b"three"), None);
+}
+
+#[test]
+fn a_job_with_a_unique_key_is_not_routed() {
+    let mut e = Engine::new();
+    let q = queue(&mut e, "q");
+    let next = queue(&mut e, "next");
+    let id = e
+        .put_job(
+            NewJob {
+                queue: q,
+                unique: Some(Bytes::from_static(b"k")),
+                durable: true,
+                ..NewJob::default()
+            },
+            T0,
+        )
+        .id;
+    take(&mut e, A, q);
+    assert!(!e.route(A, id, next, 0, None, T0));
+    assert_eq!(e.job(id).unwrap().state, JobState::Reserved);
+}

@@ -450,6 +450,33 @@ fn touch_restarts_the_lease_with_the_full_ttr() {
 }
 
 #[test]
+fn touch_for_restarts_the_lease_with_the_length_asked_for() {
+    let mut e = Engine::new();
+    let q = pinned(&mut e, "q");
+    let id = put(&mut e, q, 1, 0, 10, T0);
+    take(&mut e, A, &[q], T0);
+    assert!(
+        !e.touch_for(B, id, 30 * SEC, T0 + SEC),
+        "only the holder extends"
+    );
+    assert!(e.touch_for(A, id, 30 * SEC, T0 + SEC));
+    assert_eq!(e.job(id).unwrap().due, T0 + 31 * SEC);
+    assert_eq!(e.next_deadline(), Some(T0 + 31 * SEC));
+    e.tick(T0 + 10 * SEC);
+    assert_eq!(
+        state(&e, id),
+        JobState::Reserved,
+        "the old deadline is gone"
+    );
+    e.tick(T0 + 31 * SEC);
+    assert_eq!(state(&e, id), JobState::Ready);
+    assert_eq!(
+        notices(&mut e),
+        vec![notice(A, NoticeKind::LeaseExpired(id))]
+    );
+}
+
+#[test]
 fn touch_of_a_zero_ttr_job_gives_the_same_minimum_lease_as_reserve() {
     // The engine treats ttr 0 as 1 second when leasing; touch must too, or the touched
     // lease would end the moment it was touched.

@@ -137,6 +137,8 @@ pub fn parse(args: &[String]) -> Compat {
         log_format: Default::default(),
         threads: None,
         gearman_listen: None,
+        http_listen: None,
+        http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         gearman: Default::default(),
     })
 }

@@ -21,9 +21,9 @@ struct Cli {
     command: Cmd,
 }
 
-#[derive(Subcommand)]
-// Parsed once at start-up and gone: the size of its largest variant costs nothing.
+// Parsed once at start-up and dropped: the size of the `serve` variant costs nothing.
 #[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
 enum Cmd {
     /// Run the server with its embedded durable storage.
     Serve(settings::ServeArgs),

@@ -161,6 +161,16 @@ async fn front_ends(
         );
         front_ends.push(Box::new(TcpFrontEnd { protocol, listener }));
     }
+    if let Some(addr) = &settings.http_listen {
+        let config = jobyard_http::Config {
+            max_job_size: settings.max_job_size,
+            worker_idle: settings.http_worker_idle,
+        };
+        let http = jobyard_http::HttpFrontEnd::bind(broker.clone(), config, addr)
+            .await
+            .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))?;
+        front_ends.push(Box::new(http));
+    }
     Ok(front_ends)
 }
 

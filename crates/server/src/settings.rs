@@ -37,6 +37,10 @@ pub struct Settings {
     pub gearman_listen: Option<String>,
     /// Runtime threads serving connections; `None`: `JOBYARD_THREADS`, else one per core.
     pub threads: Option<usize>,
+    /// `None`: the HTTP/JSON API is off.
+    pub http_listen: Option<String>,
+    /// An HTTP worker session with no request and no lease for this long ends.
+    pub http_worker_idle: Duration,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
@@ -109,6 +113,13 @@ pub struct ServeArgs {
     /// Let the Gearman admin command `shutdown` stop the server (off: it is unknown).
     #[arg(long, env = "JOBYARD_GEARMAN_ALLOW_SHUTDOWN")]
     pub gearman_allow_shutdown: bool,
+    /// Address of the HTTP/JSON API (docs/http-api.md), or `off` [default: 127.0.0.1:8080].
+    #[arg(long, env = "JOBYARD_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+    /// An HTTP worker session that sends no request and holds no lease for this many
+    /// milliseconds ends [default: 60000].
+    #[arg(long, env = "JOBYARD_HTTP_WORKER_IDLE_MS")]
+    pub http_worker_idle_ms: Option<u64>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -232,6 +243,10 @@ impl ServeArgs {
                 self.gearman_listen
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
+            http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
+            http_worker_idle: self
+                .http_worker_idle_ms
+                .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
             gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
@@ -294,6 +309,8 @@ mod tests {
         assert_eq!(s.data_dir, Some(PathBuf::from("jobyard-data")));
         assert_eq!(s.beanstalk_listen.as_deref(), Some("127.0.0.1:11300"));
         assert_eq!(s.gearman_listen.as_deref(), Some("127.0.0.1:4730"));
+        assert_eq!(s.http_listen.as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(s.http_worker_idle, Duration::from_secs(60));
         assert_eq!(s.gearman.job_retries, 0);
         assert!(
             !s.gearman.allow_shutdown,
@@ -310,7 +327,8 @@ mod tests {
         std::fs::write(
             &path,
             "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n\
-             salvage = true\ngearman_allow_shutdown = true\n",
+             salvage = true\ngearman_allow_shutdown = true\nhttp_listen = \"off\"\n\
+             http_worker_idle_ms = 500\n",
         )
         .unwrap();
         let s = serve(&["--config", cfg, "--max-job-size", "20"]).unwrap();
@@ -318,6 +336,8 @@ mod tests {
         assert_eq!(s.max_job_size, 20, "a flag beats the file");
         assert_eq!(s.beanstalk_listen, None, "off disables the listener");
         assert_eq!(s.threads, Some(1));
+        assert_eq!(s.http_listen, None, "off disables the HTTP API");
+        assert_eq!(s.http_worker_idle, Duration::from_millis(500));
         assert!(
             s.salvage && s.gearman.allow_shutdown,
             "booleans from the file"

@@ -25,6 +25,8 @@ const ATTEMPT: u8 = 9;
 /// newest segment that was removed or cut to nothing from one that never existed. Not a
 /// [`Change`]: [`decode_change`] rejects it, recovery reads it with [`decode_segment_end`].
 const SEGMENT_END: u8 = 0xE0;
+/// A leased job moved to another queue (the next stage of a multi-stage job).
+const ROUTE: u8 = 10;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -195,6 +197,18 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
         Change::Kick { id } => {
             out.put_u8(KICK);
             out.put_u64_le(*id);
+        }
+        Change::Route {
+            id,
+            queue,
+            pri,
+            attrs,
+        } => {
+            out.put_u8(ROUTE);
+            out.put_u64_le(*id);
+            out.put_u32_le(*pri);
+            put_opt_bytes(out, Some(queue));
+            put_opt_bytes(out, attrs.as_deref());
         }
     }
 }
@@ -367,6 +381,17 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
             pri: r.u32()?,
         },
         KICK => Change::Kick { id: r.u64()? },
+        ROUTE => {
+            let id = r.u64()?;
+            let pri = r.u32()?;
+            let queue = r.opt_bytes()?.ok_or(DecodeError::Truncated)?;
+            Change::Route {
+                id,
+                pri,
+                queue: Bytes::copy_from_slice(queue),
+                attrs: r.opt_bytes()?.map(Bytes::copy_from_slice),
+            }
+        }
         other => return Err(DecodeError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -501,6 +526,18 @@ mod tests {
                 end: JobEnd::ok(Bytes::new()),
             },
             Change::Attempt { id: 14, attempt: 7 },
+            Change::Route {
+                id: 15,
+                queue: Bytes::from_static(b"next-stage"),
+                pri: 3,
+                attrs: Some(Bytes::from_static(b"{\"k\":1}")),
+            },
+            Change::Route {
+                id: 16,
+                queue: Bytes::from_static(b"q"),
+                pri: 0,
+                attrs: None,
+            },
         ]
     }
 

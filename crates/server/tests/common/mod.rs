@@ -41,6 +41,7 @@ pub fn command_for(program: &Path) -> Command {
     // Other protocols' listeners have fixed default ports, which parallel servers would
     // fight over: these tests only speak beanstalkd.
     cmd.env("JOBYARD_GEARMAN_LISTEN", "off");
+    cmd.env("JOBYARD_HTTP_LISTEN", "off");
     cmd.stdin(Stdio::null());
     cmd
 }

@@ -128,6 +128,7 @@ impl GServer {
                 .arg(format!("127.0.0.1:{bport}"))
                 .args(&self.extra)
                 .env("JOBYARD_LOG", "info")
+                .env("JOBYARD_HTTP_LISTEN", "off")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log);

@@ -1,0 +1,188 @@
+//! jobyard's native HTTP/JSON API.
+//!
+//! Plain queue jobs on any queue (a queue is the beanstalkd tube and the Gearman function
+//! of the same name): put, describe, delete, wait for the result; lease with long-poll,
+//! heartbeat, complete, fail and release; counts per state and paged listings. The
+//! reference is docs/http-api.md, the machine-readable description docs/openapi.json.
+//!
+//! HTTP is not one stream per session, so this front end implements
+//! [`jobyard_net::FrontEnd`] itself: it serves with axum on its own listener, takes a
+//! place from the gate for every connection and every session it keeps (worker sessions,
+//! result waits), and stops when the gate shuts down. Like every front end it replies to
+//! a change only once the log holds it (`broker.wait_durable`).
+
+mod encoding;
+mod error;
+mod extract;
+mod jobs;
+mod leases;
+/// Every bound on what a client sends (docs/http-api.md, "Limits").
+pub mod limits;
+mod listener;
+mod queues;
+mod routes;
+mod state;
+mod workers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jobyard_broker::Broker;
+use jobyard_net::{FrontEnd, Gate};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use error::ApiError;
+pub use routes::table as routes;
+
+use crate::listener::GatedListener;
+use crate::state::{Api, Inner, COMMAND_NAMES};
+use crate::workers::Workers;
+
+/// Entry points for the fuzz targets (fuzz/): every decoder of the bytes a client sends,
+/// called exactly as the handlers call them.
+pub mod fuzzing {
+    use crate::error::ApiError;
+    use crate::extract::{job_id, parse_json};
+    use crate::jobs::PutRequest;
+    use crate::leases::{
+        CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest, RouteRequest,
+    };
+    use crate::queues::{check_queue_name, parse_cursor};
+
+    /// Decodes and checks `body` as the request body of one kind of request (`which`
+    /// picks it), or `body` as path and query values; a refusal is an [`ApiError`].
+    pub fn decode(which: u8, body: &[u8], max_job_size: u32) -> Result<(), ApiError> {
+        match which % 8 {
+            0 => parse_json::<PutRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            1 => parse_json::<LeaseRequest>(body)?.checked().map(drop),
+            2 => parse_json::<HeartbeatRequest>(body)?.checked(),
+            3 => parse_json::<CompleteRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            4 => parse_json::<FailRequest>(body)?
+                .checked(max_job_size)
+                .map(drop),
+            5 => parse_json::<ReleaseRequest>(body).map(drop),
+            6 => parse_json::<RouteRequest>(body)?.checked().map(drop),
+            _ => {
+                let text = String::from_utf8_lossy(body);
+                let _ = job_id(&text);
+                let _ = parse_cursor(&text);
+                check_queue_name(&text)
+            }
+        }
+    }
+}
+
+/// Settings of the HTTP front end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Largest job body (and result) in bytes: the server's `--max-job-size`.
+    pub max_job_size: u32,
+    /// A worker session with no request and no lease for this long ends.
+    pub worker_idle: Duration,
+}
+
+/// How long an idle worker session lives unless configured.
+pub const DEFAULT_WORKER_IDLE: Duration = Duration::from_secs(60);
+
+/// The HTTP front end on its listener.
+pub struct HttpFrontEnd {
+    broker: Arc<Broker>,
+    config: Config,
+    listener: TcpListener,
+}
+
+impl HttpFrontEnd {
+    /// Binds `addr` (`HOST:PORT`).
+    pub async fn bind(
+        broker: Arc<Broker>,
+        config: Config,
+        addr: &str,
+    ) -> std::io::Result<HttpFrontEnd> {
+        Ok(HttpFrontEnd {
+            broker,
+            config,
+            listener: TcpListener::bind(addr).await?,
+        })
+    }
+}
+
+impl FrontEnd for HttpFrontEnd {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn describe(&self) -> String {
+        self.listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    }
+
+    fn start(self: Box<Self>, gate: Gate) -> JoinHandle<()> {
+        let HttpFrontEnd {
+            broker,
+            config,
+            listener,
+        } = *self;
+        let metrics = broker.metrics().protocol("http", &COMMAND_NAMES);
+        let (anonymous, _) = broker.connect();
+        let api = Api {
+            request_limit: limits::max_request_bytes(config.max_job_size),
+            inner: Arc::new(Inner {
+                broker: broker.clone(),
+                workers: Workers::new(config.worker_idle),
+                config,
+                gate: gate.clone(),
+                metrics: metrics.clone(),
+                anonymous,
+            }),
+        };
+        tokio::spawn(sweep_idle_workers(api.clone()));
+        // The operator's routes (dashboard, /metrics, admin API) share the listener.
+        let app = routes::router(api.clone()).merge(jobyard_ops::router(api.broker.clone()));
+        let mut stop = gate.shutdown_signal();
+        let listener = GatedListener {
+            listener,
+            gate,
+            metrics,
+        };
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|&s| s).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!("http: {e}");
+            }
+            api.workers.clear();
+            api.broker.disconnect(api.anonymous);
+        })
+    }
+}
+
+/// Ends idle worker sessions every so often, and every session when the server stops.
+async fn sweep_idle_workers(api: Api) {
+    let mut stop = api.gate.shutdown_signal();
+    let every =
+        (api.workers.idle_timeout() / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {
+                let ended = api.workers.sweep(&api.broker);
+                if ended > 0 {
+                    tracing::debug!("http: {ended} idle worker session(s) ended");
+                }
+            }
+            _ = stop.wait_for(|&s| s) => {
+                api.workers.clear();
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Every route the API serves, in one table: the router is built from it, and a test checks
+//! it against the OpenAPI description (docs/openapi.json), both ways.
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, MethodRouter};
+use axum::{Json, Router};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::extract::PathText;
+use crate::limits::MAX_URI_BYTES;
+use crate::state::{Api, Command};
+use crate::{jobs, leases, queues};
+
+/// (method, path, handler) of every route.
+pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
+    vec![
+        ("GET", "/v1/health", get(health)),
+        ("GET", "/v1/queues", get(queues::list_queues)),
+        ("GET", "/v1/queues/{queue}", get(queues::queue_counts)),
+        ("POST", "/v1/queues/{queue}/jobs", post(jobs::put)),
+        ("GET", "/v1/queues/{queue}/jobs", get(queues::list_jobs)),
+        ("GET", "/v1/jobs/{id}", get(jobs::get)),
+        ("DELETE", "/v1/jobs/{id}", delete(jobs::delete)),
+        ("GET", "/v1/jobs/{id}/result", get(jobs::result)),
+        ("POST", "/v1/lease", post(leases::lease)),
+        ("POST", "/v1/jobs/{id}/heartbeat", post(leases::heartbeat)),
+        ("POST", "/v1/jobs/{id}/complete", post(leases::complete)),
+        ("POST", "/v1/jobs/{id}/fail", post(leases::fail)),
+        ("POST", "/v1/jobs/{id}/release", post(leases::release)),
+        ("POST", "/v1/jobs/{id}/route", post(leases::route)),
+        ("POST", "/v1/workers", post(create_worker)),
+        ("DELETE", "/v1/workers/{worker}", delete(delete_worker)),
+    ]
+}
+
+/// The API's router over `api`.
+pub fn router(api: Api) -> Router {
+    let limit = api.request_limit;
+    let mut router = Router::new();
+    for (_, path, handler) in table() {
+        router = router.route(path, handler);
+    }
+    router
+        .fallback(|| async { ApiError::no_such_route() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::middleware::from_fn(bound_uri))
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .with_state(api)
+}
+
+/// Refuses a path and query longer than [`MAX_URI_BYTES`] before any handler parses it.
+async fn bound_uri(req: Request, next: Next) -> Response {
+    let len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    if len > MAX_URI_BYTES {
+        return ApiError::uri_too_long().into_response();
+    }
+    next.run(req).await
+}
+
+/// `GET /v1/health`: the server answers, and what it is.
+async fn health(State(api): State<Api>) -> Json<Value> {
+    api.count(Command::Health);
+    Json(serde_json::json!({
+        "status": if api.broker.draining() { "draining" } else { "ok" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "workers": api.workers.count(),
+    }))
+}
+
+/// `POST /v1/workers`: a worker session, to lease jobs for.
+async fn create_worker(State(api): State<Api>) -> Result<(StatusCode, Json<Value>), ApiError> {
+    api.count(Command::CreateWorker);
+    let worker = api.workers.create(&api.broker, &api.gate, &api.metrics)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({
+            "worker": worker.id(),
+            "idle_timeout_ms": api.workers.idle_timeout().as_millis() as u64,
+        })),
+    ))
+}
+
+/// `DELETE /v1/workers/{worker}`: ends a session; the jobs it holds are ready again.
+async fn delete_worker(
+    State(api): State<Api>,
+    PathText(id): PathText,
+) -> Result<Json<Value>, ApiError> {
+    api.count(Command::DeleteWorker);
+    let worker = api.workers.remove(&id)?;
+    let held = api.broker.lock().held_by(worker.conn).count();
+    Ok(Json(serde_json::json!({ "worker": id, "released": held })))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The OpenAPI description in docs/ lists exactly the routes the router serves.
+    #[test]
+    fn the_openapi_description_matches_the_routes() {
+        let text = include_str!("../../../docs/openapi.json");
+        let doc: Value = serde_json::from_str(text).expect("docs/openapi.json is JSON");
+        let mut described = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                    described.insert((method.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        let served: BTreeSet<(String, String)> = table()
+            .into_iter()
+            .map(|(m, p, _)| (m.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(described, served);
+    }
+}
