@@ -193,15 +193,7 @@ impl Session {
             }
             Command::Delete(id) => {
                 self.count(Counted::Delete);
-                // A worker deleting the job it holds is how beanstalkd says "done".
-                let held = txn
-                    .job(id)
-                    .is_some_and(|j| j.state == JobState::Reserved && j.owner == self.conn);
-                let deleted = txn.delete(self.conn, id);
-                if deleted && held {
-                    ProtocolMetrics::inc(&self.server.metrics.jobs_completed);
-                }
-                found(deleted, b"DELETED\r\n")
+                found(txn.delete(self.conn, id), b"DELETED\r\n")
             }
             Command::Release { id, pri, delay } => {
                 self.count(Counted::Release);

@@ -53,6 +53,10 @@ impl Engine {
     }
 
     fn tell_watchers_of_end(&mut self, id: JobId, end: JobEnd) {
+        // Most ends have no watcher: skip the lookup (it is on every job's path).
+        if self.watchers.is_empty() {
+            return;
+        }
         let Some(watchers) = self.watchers.remove(&id) else {
             return;
         };
@@ -76,8 +80,13 @@ impl Engine {
         if let Some(key) = self.unique_of.remove(&id) {
             self.by_unique.remove(&(job.queue, key));
         }
-        self.attrs.remove(&id);
-        self.fenced.remove(&id);
+        // Side tables are empty unless a front end uses them: skip the lookups then.
+        if !self.attrs.is_empty() {
+            self.attrs.remove(&id);
+        }
+        if !self.fenced.is_empty() {
+            self.fenced.remove(&id);
+        }
         if job.durable {
             self.live_bytes -= self.record_cost(job.queue, &job.body);
         }

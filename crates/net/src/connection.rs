@@ -158,7 +158,10 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<P, R, W> {
     async fn flush(&mut self, lsn: Lsn) -> io::Result<()> {
         self.protocol.broker().wait_durable(lsn).await;
         if !self.out.is_empty() {
+            // Biased, so the write is tried first: a reply that fits the socket buffer (the
+            // usual case) is sent without ever arming the overflow wait.
             tokio::select! {
+                biased;
                 written = self.wr.write_all(&self.out) => written?,
                 _ = self.mailbox.wait_overflow() => return Err(overflowed()),
             }
