@@ -13,11 +13,14 @@ pub mod jobctl;
 pub mod launcher;
 pub mod link;
 pub mod master;
+pub mod memory;
 pub mod protocol;
 pub mod session;
 pub mod slots;
+#[cfg(feature = "mysql")]
 pub mod store;
 pub mod validate;
+#[cfg(feature = "mysql")]
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 pub use config::{JobdConfig, MasterConfig};
 pub use jobctl::run_jobctl;
 pub use master::{start_master, MasterHandle};
+#[cfg(feature = "mysql")]
 pub use worker::{start_jobd, JobdHandle, Worker};
 
 /// What `jobd`/`jobd-master` were asked to do by their command line.
@@ -122,6 +126,7 @@ async fn until_signal() {
 
 /// `jobd [--config PATH]`: runs the worker daemon until SIGTERM/SIGINT, then shuts down
 /// gracefully. Returns the process exit code.
+#[cfg(feature = "mysql")]
 pub fn run_jobd(args: Vec<String>) -> i32 {
     let path = match parse_cli("jobd", "/etc/jobd.conf", &args) {
         Cli::Run(p) => p,

@@ -20,10 +20,10 @@ use tokio::sync::oneshot;
 
 use crate::config::MasterConfig;
 use crate::link::{Handler, Link, LinkError, ReplyFuture};
+use crate::memory::memory_usage;
 use crate::protocol::MAX_REQUEST_FRAME;
 use crate::session::{is_localhost, Session};
 use crate::validate;
-use crate::worker::memory_usage;
 
 struct Registered {
     link: Arc<Link>,

@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::config::JobdConfig;
 use crate::launcher::{self, LaunchSpec, Outcome};
 use crate::link::{Handler, Link, ReplyFuture};
+use crate::memory::memory_usage;
 use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
 use crate::slots::{LocalScheduler, Scheduler, Start};
@@ -709,19 +710,4 @@ fn manual_ids(data: &Value) -> Result<Vec<u64>, String> {
         }
     }
     Ok(ids)
-}
-
-/// Node's `process.memoryUsage()` shape; only `rss` is measured.
-pub fn memory_usage() -> Value {
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        // SAFETY: sysconf is a plain query.
-        .map(|pages| pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64)
-        .unwrap_or(0);
-    json!({"rss": rss, "heapTotal": 0, "heapUsed": 0, "external": 0, "arrayBuffers": 0})
 }

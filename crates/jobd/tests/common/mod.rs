@@ -119,11 +119,11 @@ pub fn mariadb() -> &'static Mariadb {
                     Ok(())
                 });
             }
-            let _child = cmd.spawn().expect("mariadbd");
+            let mut child = cmd.spawn().expect("mariadbd");
             tx.send(()).unwrap();
-            loop {
-                std::thread::park();
-            }
+            // This thread lives as long as the server: its end would trigger the
+            // parent-death signal.
+            let _ = child.wait();
         });
         rx.recv().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
