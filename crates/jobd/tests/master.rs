@@ -347,3 +347,34 @@ async fn worker_answers_master_requests_on_the_registration_link_with_a_password
     w1.shutdown().await;
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn worker_serves_master_requests_sent_before_the_registration_reply() {
+    // jobd dropped requests that arrived on the link before its registration was answered.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let fake_master = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut cfg = worker_config(&db, &jobs, "a = 1\n", "password = pw\n");
+    cfg.master = Some(("127.0.0.1".into(), fake_master.local_addr().unwrap().port()));
+    let w = start_jobd(cfg).await.unwrap();
+    let (stream, _) = fake_master.accept().await.unwrap();
+    let mut link = Client::from_stream(stream);
+    let reg = link.read_json().await;
+    assert_eq!(reg[1]["type"], "register-worker");
+    assert_eq!(
+        reg[1]["password"], "pw",
+        "the worker's own password goes to the master"
+    );
+    assert_eq!(reg[1]["data"], json!({"name": "w", "targets": ["a"]}));
+    link.send_raw(b"[0,{\"no\":42,\"type\":\"status\",\"data\":{}}]\x04")
+        .await;
+    let r = link.read_json().await;
+    assert_eq!(r[1]["no"], 42);
+    assert_eq!(r[1]["data"]["targets"]["a"]["concurrency"], 1);
+    // Only now the registration reply; pings get pongs.
+    let no = reg[1]["no"].as_i64().unwrap();
+    link.send_raw(format!("[1,{{\"no\":{no},\"data\":\"ok\"}}]\x04[2]\x04").as_bytes())
+        .await;
+    assert_eq!(link.read_frame().await.unwrap(), "[3]");
+    w.shutdown().await;
+}

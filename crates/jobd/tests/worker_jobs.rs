@@ -596,3 +596,33 @@ async fn database_errors_are_reported_not_swallowed() {
     assert!(c.ok("status", json!({})).await.is_object());
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn database_that_goes_away_and_comes_back() {
+    let mut own = PrivateMariadb::start();
+    let db = own.test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let running = db.insert("t1", "waiting").await;
+    let later = db.insert("t1", "waiting").await;
+    jobs.script(
+        running,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done; echo end\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    jobs.wait_file("started").await;
+    // The database goes away while a job runs and while a poll is pending: the job's end
+    // and the fetch are retried, and the daemon keeps answering meanwhile.
+    own.stop();
+    std::fs::write(jobs.path("go"), "").unwrap();
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    assert!(c.ok("status", json!({})).await.is_object());
+    own.resume();
+    let r = db.wait_status(running, "done").await;
+    assert_eq!(r.stdout.as_deref(), Some("end\n"));
+    db.wait_status(later, "done").await;
+    w.shutdown().await;
+}

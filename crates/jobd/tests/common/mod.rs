@@ -58,6 +58,135 @@ fn free_port() -> u16 {
         .port()
 }
 
+fn install(dir: &Path) {
+    let data = dir.join("data");
+    let user = if unsafe { libc::geteuid() } == 0 {
+        "--user=root"
+    } else {
+        "--no-defaults"
+    };
+    let st = Command::new(find("mariadb-install-db"))
+        .args([
+            "--no-defaults",
+            user,
+            "--skip-test-db",
+            "--auth-root-authentication-method=normal",
+        ])
+        .arg(format!("--datadir={}", data.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("mariadb-install-db (scripts/setup.sh installs mariadb-server)");
+    assert!(st.success(), "mariadb-install-db failed");
+}
+
+/// `mariadbd` on `dir`'s data directory and `port`, dying with the spawning thread.
+fn server_command(dir: &Path, port: u16) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(find("mariadbd"));
+    cmd.arg("--no-defaults");
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--user=root");
+    }
+    cmd.arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--socket={}", dir.join("sock").display()))
+        .arg(format!("--pid-file={}", dir.join("pid").display()))
+        .arg(format!("--port={port}"))
+        .args([
+            "--bind-address=127.0.0.1",
+            "--skip-grant-tables",
+            "--skip-name-resolve",
+        ])
+        .args([
+            "--innodb-buffer-pool-size=32M",
+            "--innodb-log-file-size=16M",
+            "--max-connections=500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("err.log"))
+                .unwrap(),
+        );
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+fn wait_port(port: u16, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "mariadbd did not start; see {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A MariaDB of one test's own, which the test may stop and start again (same port).
+pub struct PrivateMariadb {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateMariadb {
+    pub fn start() -> PrivateMariadb {
+        let dir = tempfile::Builder::new()
+            .prefix("jobd-mariadb-own-")
+            .tempdir()
+            .unwrap();
+        install(dir.path());
+        let mut m = PrivateMariadb {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        m.resume();
+        m
+    }
+
+    /// Stops the server (SIGTERM, waited for).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn resume(&mut self) {
+        self.child = Some(
+            server_command(self.dir.path(), self.port)
+                .spawn()
+                .expect("mariadbd"),
+        );
+        wait_port(self.port, self.dir.path());
+    }
+
+    /// A database with the jobs table on this server.
+    pub async fn test_db(&self) -> TestDb {
+        db_on(self.port, "own".into()).await
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// The shared server, started on first use. It runs with a parent-death signal set from
 /// a thread that never ends, so it stops when the test process exits.
 pub fn mariadb() -> &'static Mariadb {
@@ -68,73 +197,19 @@ pub fn mariadb() -> &'static Mariadb {
             .tempdir()
             .unwrap()
             .keep();
-        let data = dir.join("data");
-        let user = if unsafe { libc::geteuid() } == 0 {
-            "--user=root"
-        } else {
-            "--no-defaults"
-        };
-        let st = Command::new(find("mariadb-install-db"))
-            .args([
-                "--no-defaults",
-                user,
-                "--skip-test-db",
-                "--auth-root-authentication-method=normal",
-            ])
-            .arg(format!("--datadir={}", data.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db (scripts/setup.sh installs mariadb-server)");
-        assert!(st.success(), "mariadb-install-db failed");
+        install(&dir);
         let port = free_port();
         let (tx, rx) = std::sync::mpsc::channel();
         let d2 = dir.clone();
         std::thread::spawn(move || {
-            use std::os::unix::process::CommandExt;
-            let mut cmd = Command::new(find("mariadbd"));
-            cmd.arg("--no-defaults");
-            if unsafe { libc::geteuid() } == 0 {
-                cmd.arg("--user=root");
-            }
-            cmd.arg(format!("--datadir={}", d2.join("data").display()))
-                .arg(format!("--socket={}", d2.join("sock").display()))
-                .arg(format!("--pid-file={}", d2.join("pid").display()))
-                .arg(format!("--port={port}"))
-                .args([
-                    "--bind-address=127.0.0.1",
-                    "--skip-grant-tables",
-                    "--skip-name-resolve",
-                ])
-                .args([
-                    "--innodb-buffer-pool-size=32M",
-                    "--innodb-log-file-size=16M",
-                    "--max-connections=500",
-                ])
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(d2.join("err.log")).unwrap());
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            let mut child = cmd.spawn().expect("mariadbd");
+            let mut child = server_command(&d2, port).spawn().expect("mariadbd");
             tx.send(()).unwrap();
             // This thread lives as long as the server: its end would trigger the
             // parent-death signal.
             let _ = child.wait();
         });
         rx.recv().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mariadbd did not start; see {}",
-                dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_port(port, &dir);
         Mariadb { port, dir }
     })
 }
@@ -154,9 +229,13 @@ pub async fn test_db() -> TestDb {
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     );
+    db_on(m.port, name).await
+}
+
+async fn db_on(port: u16, name: String) -> TestDb {
     let opts = MySqlConnectOptions::new()
         .host("127.0.0.1")
-        .port(m.port)
+        .port(port)
         .username("root");
     let admin = MySqlPoolOptions::new()
         .max_connections(1)
@@ -174,11 +253,7 @@ pub async fn test_db() -> TestDb {
         .await
         .unwrap();
     sqlx::query(SCHEMA).execute(&pool).await.unwrap();
-    TestDb {
-        name,
-        pool,
-        port: m.port,
-    }
+    TestDb { name, pool, port }
 }
 
 /// A row as the tests read it back.
@@ -329,6 +404,16 @@ impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
         Client {
             stream: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+            decoder: Decoder::new(1 << 30),
+            no: 100,
+        }
+    }
+
+    /// A client on an already connected stream (e.g. one a fake master accepted).
+    pub fn from_stream(stream: TcpStream) -> Client {
+        Client {
+            stream,
             buf: BytesMut::new(),
             decoder: Decoder::new(1 << 30),
             no: 100,
