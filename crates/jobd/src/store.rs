@@ -213,7 +213,12 @@ impl Store {
                             stdout = String::new();
                             stderr = format!("jobyard: the job's output could not be stored: {e}");
                             stderr = bmp_only(&truncate(&stderr, 200));
-                            if shrink > 4 {
+                            if shrink > 3 {
+                                // Last resort: the status alone, so the row is not left
+                                // `running` whatever the output columns accept.
+                                if let Err(e) = self.write_status_only(id, outcome).await {
+                                    tracing::error!(id, error = %e, "jobd: could not record the end of a job");
+                                }
                                 return;
                             }
                         }
@@ -246,6 +251,20 @@ impl Store {
             .bind(o.signal.map(signal_name))
             .bind(stdout)
             .bind(stderr)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn write_status_only(&self, id: u64, o: &Outcome) -> Result<(), sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status='done', result=?, time_finished=? WHERE id=?",
+            self.table
+        );
+        sqlx::query(&sql)
+            .bind(if o.ok() { "ok" } else { "fail" })
+            .bind(now())
             .bind(id)
             .execute(&self.pool)
             .await?;

@@ -187,13 +187,35 @@ impl Drop for PrivateMariadb {
     }
 }
 
+/// Deletes data directories of shared servers whose test process has exited.
+fn remove_stale_servers() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("jobd-mariadb-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The shared server, started on first use. It runs with a parent-death signal set from
 /// a thread that never ends, so it stops when the test process exits.
 pub fn mariadb() -> &'static Mariadb {
     static DB: OnceLock<Mariadb> = OnceLock::new();
     DB.get_or_init(|| {
+        remove_stale_servers();
+        // Kept (the server outlives every test); named after this process so a later run
+        // can remove it once this process is gone.
         let dir = tempfile::Builder::new()
-            .prefix("jobd-mariadb-")
+            .prefix(&format!("jobd-mariadb-{}-", std::process::id()))
             .tempdir()
             .unwrap()
             .keep();
