@@ -17,7 +17,7 @@ use bytes::BytesMut;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::protocol::{encode_data, encode_error, encode_ping, encode_request, Decoder, Response};
 use crate::session::{Session, Step};
@@ -55,6 +55,13 @@ impl std::fmt::Display for LinkError {
     }
 }
 
+/// Most requests of one connection handled at once; reading pauses beyond that, so a
+/// client that pipelines without reading replies cannot make the daemon buffer without end.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// Most whole messages queued for writing on one connection.
+const OUT_QUEUE: usize = 256;
+
 enum Out {
     Bytes(Vec<u8>),
     Close,
@@ -62,7 +69,7 @@ enum Out {
 
 /// A live connection. Cheap to share; requests may be sent from any task.
 pub struct Link {
-    out: mpsc::UnboundedSender<Out>,
+    out: mpsc::Sender<Out>,
     pending: Mutex<HashMap<i64, oneshot::Sender<Response>>>,
     next_no: AtomicI64,
     password: Mutex<Option<String>>,
@@ -96,7 +103,7 @@ impl Link {
             .peer_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let _ = stream.set_nodelay(true);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(OUT_QUEUE);
         let (closed, _) = watch::channel(false);
         let link = Arc::new(Link {
             out: tx,
@@ -108,7 +115,7 @@ impl Link {
             peer,
         });
         let (read, write) = stream.into_split();
-        tokio::spawn(write_loop(write, rx));
+        tokio::spawn(write_loop(write, rx, link.closed.subscribe()));
         tokio::spawn(read_loop(read, link.clone(), session, handler, max_frame));
         link
     }
@@ -126,7 +133,7 @@ impl Link {
         self.pending.lock().unwrap().insert(no, tx);
         let password = self.password.lock().unwrap().take();
         let frame = encode_request(no, kind, data, password.as_deref());
-        if self.is_closed() || self.out.send(Out::Bytes(frame)).is_err() {
+        if self.is_closed() || self.out.send(Out::Bytes(frame)).await.is_err() {
             self.pending.lock().unwrap().remove(&no);
             return Err(LinkError::Closed);
         }
@@ -163,14 +170,13 @@ impl Link {
         }
     }
 
-    /// Sends `[2]`.
+    /// Sends `[2]` (dropped if the peer is not reading: it will then miss the check).
     pub fn ping(&self) {
-        let _ = self.out.send(Out::Bytes(encode_ping()));
+        let _ = self.out.try_send(Out::Bytes(encode_ping()));
     }
 
     /// Closes the connection; pending requests fail with [`LinkError::Closed`].
     pub fn close(&self) {
-        let _ = self.out.send(Out::Close);
         self.mark_closed();
     }
 
@@ -193,16 +199,24 @@ impl Link {
 
 async fn write_loop(
     mut write: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Out>,
+    mut rx: mpsc::Receiver<Out>,
+    mut closed: watch::Receiver<bool>,
 ) {
-    while let Some(out) = rx.recv().await {
+    loop {
+        // Biased: whatever is queued is written before a close is noticed, so an error
+        // reply sent just before closing (invalid password, oversized message) gets out.
+        let out = tokio::select! {
+            biased;
+            out = rx.recv() => out,
+            _ = closed.wait_for(|c| *c) => None,
+        };
         match out {
-            Out::Bytes(b) => {
+            Some(Out::Bytes(b)) => {
                 if write.write_all(&b).await.is_err() {
                     break;
                 }
             }
-            Out::Close => break,
+            Some(Out::Close) | None => break,
         }
     }
     let _ = write.shutdown().await;
@@ -216,20 +230,26 @@ async fn read_loop(
     max_frame: usize,
 ) {
     let mut decoder = Decoder::new(max_frame);
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut buf = BytesMut::with_capacity(8192);
     let mut closed = link.closed.subscribe();
     'conn: loop {
         while let Some(msg) = decoder.decode(&mut buf) {
             match session.step(msg) {
                 Step::Reply(b) => {
-                    let _ = link.out.send(Out::Bytes(b));
+                    if link.out.send(Out::Bytes(b)).await.is_err() {
+                        break 'conn;
+                    }
                 }
                 Step::Close(b) => {
-                    let _ = link.out.send(Out::Bytes(b));
-                    let _ = link.out.send(Out::Close);
+                    let _ = link.out.send(Out::Bytes(b)).await;
+                    let _ = link.out.send(Out::Close).await;
                     break 'conn;
                 }
                 Step::Dispatch(req) => {
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        break 'conn;
+                    };
                     let link2 = link.clone();
                     let fut = handler.handle(link.clone(), req.kind, req.data);
                     let no = req.no;
@@ -238,7 +258,8 @@ async fn read_loop(
                             Ok(data) => encode_data(&no, data),
                             Err(e) => encode_error(&no, &e),
                         };
-                        let _ = link2.out.send(Out::Bytes(bytes));
+                        let _ = link2.out.send(Out::Bytes(bytes)).await;
+                        drop(permit);
                     });
                 }
                 Step::Response(r) => {

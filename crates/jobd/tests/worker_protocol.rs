@@ -342,3 +342,50 @@ async fn php_worker_client_bytes() {
     assert_eq!(c.read_frame().await.unwrap(), "[3]");
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn pipelining_without_reading_is_throttled_not_lost() {
+    // Beyond MAX_IN_FLIGHT requests and a full output queue the daemon stops reading (TCP
+    // backpressure) instead of buffering without end; every request is still answered.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let stream = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    const N: usize = 20_000;
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut all = Vec::new();
+        for no in 1..=N {
+            all.extend_from_slice(
+                format!("[0,{{\"no\":{no},\"type\":\"status\"}}]\x04").as_bytes(),
+            );
+        }
+        write.write_all(&all).await.unwrap();
+        write
+    });
+    // Let the writer fill every buffer before reading anything.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut seen = vec![false; N + 1];
+    let mut buf = Vec::new();
+    let mut count = 0;
+    while count < N {
+        use tokio::io::AsyncReadExt;
+        let mut chunk = vec![0u8; 65536];
+        let n = read.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed after {count} replies");
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(pos) = buf.iter().position(|&b| b == 4) {
+            let frame: Vec<u8> = buf.drain(..=pos).collect();
+            let v: serde_json::Value = serde_json::from_slice(&frame[..pos]).unwrap();
+            let no = v[1]["no"].as_u64().unwrap() as usize;
+            assert!(!seen[no], "reply {no} twice");
+            seen[no] = true;
+            count += 1;
+        }
+    }
+    drop(writer.await.unwrap());
+    w.shutdown().await;
+}
