@@ -5,6 +5,11 @@
 //! read as bytes, at most `max_output` per stream (the rest is drained and dropped), and
 //! decoded once; the job ends when the child has exited and its pipes have closed, or
 //! [`PIPE_GRACE`] after the exit if a grandchild keeps them open; stdin is /dev/null.
+//!
+//! The child also gets a parent-death signal (SIGKILL), so a kill -9 of the daemon does not
+//! leave jobs running unrecorded. Linux delivers it when the *thread* that forked exits:
+//! start jobs from long-lived runtime threads (the daemons here use one thread; tokio's
+//! worker threads also live as long as their runtime, its blocking-pool threads do not).
 
 use std::path::PathBuf;
 use std::process::Stdio;

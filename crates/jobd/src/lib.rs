@@ -6,6 +6,14 @@
 //! directions; [`worker`], [`master`] and [`jobctl`] are the three programs; [`slots`] is
 //! the scheduling core behind a trait (the engine-backed version swaps in there);
 //! [`store`] is the MySQL table; [`launcher`] runs a job's process.
+//!
+//! Moving targets into the engine: implement [`slots::Scheduler`] over engine queues (one
+//! queue per target, `set_concurrency` = the queue's lease limit, `set_paused` = pause and
+//! resume, `push` = put the row id, `take_startable` = lease what the limit allows,
+//! `finished` = finish the lease) and build the worker with
+//! [`Worker::with_scheduler`]; the poll loop, the table writes, run-manual and the launcher
+//! stay as they are. The launcher ([`launcher::start`], [`launcher::Running::wait`]) does not
+//! depend on jobd and can run a command per job for any queue.
 
 pub mod config;
 pub mod ini;
