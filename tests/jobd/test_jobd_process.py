@@ -75,3 +75,26 @@ def test_argv0_names(jobyard_bin, tmp_path):
     out = subprocess.run([str(tmp_path / "jobd"), "--config", str(bad)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip() == "config parsing error: 'host' is not defined"
+
+
+def test_jobctl_password_prompt_and_config(jobd, jobyard_bin, tmp_path):
+    w = jobd(targets="t1 = 2", extra="password = s3cret")
+    out = subprocess.run(
+        [str(jobyard_bin), "jobctl", "--password", "--port", str(w.port), "list-targets"],
+        input="s3cret\n", capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "TARGET" in out.stdout and "t1" in out.stdout
+    conf = tmp_path / "jobctl.conf"
+    conf.write_text(f"port = {w.port}\npassword = \"s3cret\"\n")
+    out = subprocess.run(
+        [str(jobyard_bin), "jobctl", "--config", str(conf), "pause", "t1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
+    out = subprocess.run(
+        [str(jobyard_bin), "jobctl", "--port", str(w.port), "list-targets"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(tmp_path / "none")},
+    )
+    assert out.returncode == 0
+    assert out.stderr.strip() == "ERROR [jobctl] Worker error: invalid password"
