@@ -40,6 +40,8 @@ struct State {
     waiters: HashMap<u64, Waiter>,
     /// Process group of each running job.
     running: HashMap<u64, i32>,
+    /// Fetched rows already marked `running` in the table (they need no second write).
+    premarked: BTreeSet<u64>,
 }
 
 struct Inner {
@@ -174,6 +176,7 @@ impl Worker {
                     retry_pause: Duration::from_millis(200),
                     waiters: HashMap::new(),
                     running: HashMap::new(),
+                    premarked: BTreeSet::new(),
                 }),
                 store: Store::connect(&config.mysql, pool_size),
                 spec: LaunchSpec {
@@ -462,6 +465,7 @@ impl Worker {
     async fn fetch(&self, wants: Vec<(String, u64)>) {
         let result = self.inner.store.fetch_waiting(&wants).await;
         let mut retry_in = None;
+        let mut orphans = Vec::new();
         {
             let mut st = self.inner.state.lock().unwrap();
             st.polling = false;
@@ -475,7 +479,13 @@ impl Worker {
                         }
                     }
                     for r in &rows {
-                        st.sched.push(&r.target, r.id);
+                        if st.sched.serves(&r.target) {
+                            st.sched.push(&r.target, r.id);
+                            st.premarked.insert(r.id);
+                        } else {
+                            // Its target was removed while the fetch ran: hand it back.
+                            orphans.push(r.id);
+                        }
                     }
                 }
                 Err(e) => {
@@ -489,6 +499,11 @@ impl Worker {
                         st.retry_pause = (st.retry_pause * 2).min(Duration::from_secs(10));
                     }
                 }
+            }
+        }
+        if !orphans.is_empty() {
+            if let Err(e) = self.inner.store.release(&orphans, "waiting").await {
+                tracing::error!(error = %e, "jobd: could not hand back rows of a removed target");
             }
         }
         self.start_ready();
@@ -524,7 +539,11 @@ impl Worker {
 
     async fn run_job(&self, Start { id, target }: Start) {
         let mut pause = Duration::from_millis(100);
+        let premarked = self.inner.state.lock().unwrap().premarked.remove(&id);
         let marked = loop {
+            if premarked {
+                break Some(true);
+            }
             match self.inner.store.mark_running(id).await {
                 Ok(m) => break Some(m),
                 Err(e) => {
@@ -578,6 +597,9 @@ impl Worker {
         let (queued, manual): (Vec<u64>, Vec<u64>) = {
             let mut st = self.inner.state.lock().unwrap();
             let queued = st.sched.drain_queued();
+            for id in &queued {
+                st.premarked.remove(id);
+            }
             let mut manual = Vec::new();
             let mut background = Vec::new();
             for id in queued {
