@@ -97,6 +97,9 @@ fn read_config(path: &Path) -> Result<String, String> {
 }
 
 fn init_logging(console: &str, file: Option<&Path>, file_level: &str) {
+    // sqlx logs every statement at info; only its warnings are of interest here.
+    let console = format!("{console},sqlx=warn");
+    let file_level = format!("{file_level},sqlx=warn");
     let builder = tracing_subscriber::fmt().with_target(false);
     let result = match file.and_then(|p| {
         std::fs::OpenOptions::new()
@@ -107,12 +110,12 @@ fn init_logging(console: &str, file: Option<&Path>, file_level: &str) {
     }) {
         Some(f) => builder
             .with_ansi(false)
-            .with_env_filter(file_level)
+            .with_env_filter(file_level.as_str())
             .with_writer(std::sync::Mutex::new(f))
             .try_init(),
         None => builder
             .with_writer(std::io::stderr)
-            .with_env_filter(console)
+            .with_env_filter(console.as_str())
             .try_init(),
     };
     let _ = result;
