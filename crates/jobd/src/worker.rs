@@ -479,12 +479,14 @@ impl Worker {
                         }
                     }
                     for r in &rows {
-                        if st.sched.serves(&r.target) {
+                        if st.sched.free(&r.target) > 0 {
                             st.sched.push(&r.target, r.id);
                             st.premarked.insert(r.id);
                         } else {
-                            // Its target was removed while the fetch ran: hand it back.
-                            orphans.push(r.id);
+                            // The target was paused, filled by run-manual or removed while
+                            // the fetch ran: hand the row back rather than hold a `running`
+                            // row that has not started, and poll again later.
+                            orphans.push((r.id, r.target.clone()));
                         }
                     }
                 }
@@ -502,8 +504,18 @@ impl Worker {
             }
         }
         if !orphans.is_empty() {
-            if let Err(e) = self.inner.store.release(&orphans, "waiting").await {
-                tracing::error!(error = %e, "jobd: could not hand back rows of a removed target");
+            let ids: Vec<u64> = orphans.iter().map(|o| o.0).collect();
+            let released = self.inner.store.release(&ids, "waiting").await;
+            {
+                let mut st = self.inner.state.lock().unwrap();
+                for (_, t) in orphans {
+                    if st.sched.serves(&t) {
+                        st.pending.insert(t);
+                    }
+                }
+            }
+            if let Err(e) = released {
+                tracing::error!(error = %e, "jobd: could not hand back fetched rows; the next start reclaims them");
             }
         }
         self.start_ready();
