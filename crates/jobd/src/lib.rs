@@ -11,7 +11,7 @@
 //! queue per target, `set_concurrency` = the queue's lease limit, `set_paused` = pause and
 //! resume, `push` = put the row id, `take_startable` = lease what the limit allows,
 //! `finished` = finish the lease) and build the worker with
-//! [`Worker::with_scheduler`]; the poll loop, the table writes, run-manual and the launcher
+//! [`start_jobd_with`] (or [`Worker::with_scheduler`]); the poll loop, the table writes, run-manual and the launcher
 //! stay as they are. The launcher ([`launcher::start`], [`launcher::Running::wait`]) does not
 //! depend on jobd and can run a command per job for any queue.
 
@@ -37,7 +37,7 @@ pub use config::{JobdConfig, MasterConfig};
 pub use jobctl::run_jobctl;
 pub use master::{start_master, MasterHandle};
 #[cfg(feature = "mysql")]
-pub use worker::{start_jobd, JobdHandle, Worker};
+pub use worker::{start_jobd, start_jobd_with, JobdHandle, Worker};
 
 /// What `jobd`/`jobd-master` were asked to do by their command line.
 enum Cli {

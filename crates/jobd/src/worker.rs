@@ -86,9 +86,18 @@ impl JobdHandle {
 /// Starts a worker daemon on the current runtime: reconciles the table, listens, connects
 /// to the master. `config.port = 0` picks a free port (see [`JobdHandle::addr`]).
 pub async fn start_jobd(config: JobdConfig) -> std::io::Result<JobdHandle> {
+    start_jobd_with(config, Box::<LocalScheduler>::default()).await
+}
+
+/// [`start_jobd`] with the targets kept in `sched` (the engine-backed scheduler goes here;
+/// the config's targets are added to it).
+pub async fn start_jobd_with(
+    config: JobdConfig,
+    sched: Box<dyn Scheduler>,
+) -> std::io::Result<JobdHandle> {
     let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
     let addr = listener.local_addr()?;
-    let worker = Worker::new(&config);
+    let worker = Worker::with_scheduler(&config, sched);
     if config.reclaim_on_start {
         let targets: Vec<String> = config.targets.iter().map(|t| t.0.clone()).collect();
         match worker.inner.store.reclaim(&targets).await {
