@@ -7,6 +7,7 @@
 #   Debian: beanstalkd (reference server), php-cli + php-pda-pheanstalk (PHP client)
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
+#   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest
 set -euo pipefail
 
@@ -31,7 +32,7 @@ quietly() {
 have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 
 need_apt=()
-for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman; do
+for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman mariadb-server; do
   have_deb "$pkg" || need_apt+=("$pkg")
 done
 # pip for the Python that runs the tests (a pyenv or venv Python brings its own)
@@ -52,6 +53,9 @@ if command -v systemctl >/dev/null 2>&1; then
   # Likewise Debian's gearmand (gearman-job-server) must not hold port 4730.
   $SUDO systemctl stop gearman-job-server >/dev/null 2>&1 || true
   $SUDO systemctl disable gearman-job-server >/dev/null 2>&1 || true
+  # The jobd tests start their own MariaDB; the system one is not needed.
+  $SUDO systemctl stop mariadb >/dev/null 2>&1 || true
+  $SUDO systemctl disable mariadb >/dev/null 2>&1 || true
 fi
 
 py_need=()
@@ -82,4 +86,6 @@ command -v gearman >/dev/null && command -v gearadmin >/dev/null \
 php -m | grep -qx gearman || { echo "setup: php-gearman is not loaded" >&2; exit 1; }
 php -r 'require "Pheanstalk/autoload.php"; exit(class_exists("Pheanstalk\\Pheanstalk") ? 0 : 1);' \
   || { echo "setup: Pheanstalk is not loadable from PHP" >&2; exit 1; }
+command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] \
+  || { echo "setup: mariadbd is missing" >&2; exit 1; }
 echo "setup: done"

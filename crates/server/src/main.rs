@@ -1,7 +1,8 @@
 //! `jobyard`: the server binary.
 //!
 //! `jobyard serve` runs the server with embedded durable storage; `jobyard beanstalkd`
-//! takes beanstalkd's own command line (so does the binary when invoked as `beanstalkd`).
+//! takes beanstalkd's own command line (so does the binary when invoked as `beanstalkd`);
+//! likewise `gearmand`, and `jobd`, `jobd-master`, `jobctl` (crate `jobyard-jobd`).
 
 mod compat;
 mod gearmand_compat;
@@ -41,6 +42,24 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run as a drop-in jobd worker daemon (`--config /etc/jobd.conf`; see docs/jobd.md).
+    #[command(disable_help_flag = true)]
+    Jobd {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run as a drop-in jobd-master (`--config /etc/jobd-master.conf`).
+    #[command(disable_help_flag = true)]
+    JobdMaster {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// jobd's command-line client (same options and commands as jobctl).
+    #[command(disable_help_flag = true)]
+    Jobctl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() {
@@ -50,6 +69,13 @@ fn main() {
         .and_then(|a| std::path::Path::new(a).file_name())
         .and_then(|n| n.to_str())
         .unwrap_or("");
+    let rest = || argv[1..].to_vec();
+    match invoked_as {
+        "jobd" => std::process::exit(jobyard_jobd::run_jobd(rest())),
+        "jobd-master" => std::process::exit(jobyard_jobd::run_master(rest())),
+        "jobctl" => std::process::exit(jobyard_jobd::run_jobctl(rest())),
+        _ => {}
+    }
     let settings = if invoked_as == "beanstalkd" {
         beanstalkd(&argv[1..])
     } else if invoked_as == "gearmand" {
@@ -63,6 +89,9 @@ fn main() {
             Cmd::Beanstalkd { args } => beanstalkd(&args),
             Cmd::Gearmand { args } => gearmand(&args),
             Cmd::Ctl(args) => std::process::exit(jobyard_ctl::run(args)),
+            Cmd::Jobd { args } => std::process::exit(jobyard_jobd::run_jobd(args)),
+            Cmd::JobdMaster { args } => std::process::exit(jobyard_jobd::run_master(args)),
+            Cmd::Jobctl { args } => std::process::exit(jobyard_jobd::run_jobctl(args)),
         }
     };
     std::process::exit(run::run(settings));

@@ -1,0 +1,268 @@
+//! Runs one job's launcher command and reports how it ended.
+//!
+//! Differences from jobd, all on purpose: the child gets its own session and process group
+//! (`setsid`), so a signal or a shutdown reaches everything the job started; output is
+//! read as bytes, at most `max_output` per stream (the rest is drained and dropped), and
+//! decoded once; the job ends when the child has exited and its pipes have closed, or
+//! [`PIPE_GRACE`] after the exit if a grandchild keeps them open; stdin is /dev/null.
+//!
+//! The child also gets a parent-death signal (SIGKILL), so a kill -9 of the daemon does not
+//! leave jobs running unrecorded. Linux delivers it when the *thread* that forked exits:
+//! start jobs from long-lived runtime threads (the daemons here use one thread; tokio's
+//! worker threads also live as long as their runtime, its blocking-pool threads do not).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+/// How long output is still collected after the child exited while a grandchild holds
+/// the pipes open (jobd did not wait at all and could lose the tail).
+pub const PIPE_GRACE: Duration = Duration::from_millis(500);
+
+/// How to start jobs.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// Template; every `{id}` is replaced, then split on runs of spaces (no shell).
+    pub template: String,
+    /// Working directory (default: the daemon's).
+    pub cwd: Option<PathBuf>,
+    /// Added to the daemon's environment.
+    pub env: Vec<(String, String)>,
+    /// Bytes kept of stdout and of stderr each.
+    pub max_output: usize,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal number, if killed by one.
+    pub signal: Option<i32>,
+    /// Captured stdout (lossy UTF-8, at most `max_output` bytes before decoding).
+    pub stdout: String,
+    /// Captured stderr, or why the launcher could not start.
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// jobd's `result`: `ok` iff the exit code is exactly 0.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The outcome of a launcher that could not be started.
+    pub fn spawn_failed(msg: String) -> Outcome {
+        Outcome {
+            code: None,
+            signal: None,
+            stdout: String::new(),
+            stderr: msg,
+        }
+    }
+}
+
+/// The argv for job `id`.
+pub fn argv(template: &str, id: u64) -> Vec<String> {
+    template
+        .replace("{id}", &id.to_string())
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A running job: its process group id is its pid.
+pub struct Running {
+    child: tokio::process::Child,
+    /// The process group to signal.
+    pub pgid: i32,
+    out: tokio::task::JoinHandle<Vec<u8>>,
+    err: tokio::task::JoinHandle<Vec<u8>>,
+}
+
+/// Starts job `id`. An error is a readable reason (e.g. the launcher does not exist).
+pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
+    let args = argv(&spec.template, id);
+    let Some((program, rest)) = args.split_first() else {
+        return Err("launcher command is empty".into());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A kill -9 of the daemon takes the launcher with it, so no job runs on
+            // unrecorded after the restart reclaims its row.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start launcher '{program}': {e}"))?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let cap = spec.max_output;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    Ok(Running {
+        child,
+        pgid,
+        out: tokio::spawn(read_capped(stdout, cap)),
+        err: tokio::spawn(read_capped(stderr, cap)),
+    })
+}
+
+impl Running {
+    /// Waits for the end of the job and collects its output.
+    pub async fn wait(mut self) -> Outcome {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.child.wait().await;
+        let grace = tokio::time::sleep(PIPE_GRACE);
+        tokio::pin!(grace);
+        let stdout = collect(&mut self.out, &mut grace).await;
+        let stderr = collect(&mut self.err, &mut grace).await;
+        match status {
+            Ok(st) => Outcome {
+                code: st.code(),
+                signal: st.signal(),
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            },
+            Err(e) => Outcome::spawn_failed(format!("waiting for the launcher failed: {e}")),
+        }
+    }
+}
+
+async fn collect(
+    task: &mut tokio::task::JoinHandle<Vec<u8>>,
+    grace: &mut Pin<&mut tokio::time::Sleep>,
+) -> Vec<u8> {
+    tokio::select! {
+        r = &mut *task => r.unwrap_or_default(),
+        _ = grace.as_mut() => {
+            task.abort();
+            Vec::new()
+        }
+    }
+}
+
+use std::pin::Pin;
+
+async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>, cap: usize) -> Vec<u8> {
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+    kept
+}
+
+/// Sends `signal` to the process group `pgid`; true if the kill call succeeded.
+pub fn signal_group(pgid: i32, signal: i32) -> bool {
+    if pgid <= 0 {
+        return false;
+    }
+    // SAFETY: plain syscall on a process group we created.
+    unsafe { libc::kill(-pgid, signal) == 0 }
+}
+
+const SIGNALS: [(&str, i32); 31] = [
+    ("SIGHUP", 1),
+    ("SIGINT", 2),
+    ("SIGQUIT", 3),
+    ("SIGILL", 4),
+    ("SIGTRAP", 5),
+    ("SIGABRT", 6),
+    ("SIGBUS", 7),
+    ("SIGFPE", 8),
+    ("SIGKILL", 9),
+    ("SIGUSR1", 10),
+    ("SIGSEGV", 11),
+    ("SIGUSR2", 12),
+    ("SIGPIPE", 13),
+    ("SIGALRM", 14),
+    ("SIGTERM", 15),
+    ("SIGSTKFLT", 16),
+    ("SIGCHLD", 17),
+    ("SIGCONT", 18),
+    ("SIGSTOP", 19),
+    ("SIGTSTP", 20),
+    ("SIGTTIN", 21),
+    ("SIGTTOU", 22),
+    ("SIGURG", 23),
+    ("SIGXCPU", 24),
+    ("SIGXFSZ", 25),
+    ("SIGVTALRM", 26),
+    ("SIGPROF", 27),
+    ("SIGWINCH", 28),
+    ("SIGIO", 29),
+    ("SIGPWR", 30),
+    ("SIGSYS", 31),
+];
+
+/// A signal's name as Node reports it (`SIGTERM`), for the `sig` column.
+pub fn signal_name(n: i32) -> String {
+    SIGNALS
+        .iter()
+        .find(|(_, v)| *v == n)
+        .map(|(name, _)| name.to_string())
+        .unwrap_or_else(|| format!("SIG{n}"))
+}
+
+/// A signal number from a name such as `SIGKILL` or `KILL`.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    SIGNALS.iter().find(|(n, _)| *n == full).map(|(_, v)| *v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_splits_on_spaces_and_fills_id() {
+        assert_eq!(
+            argv("php  x.php {id} --id={id}", 7),
+            vec!["php", "x.php", "7", "--id=7"]
+        );
+    }
+
+    #[test]
+    fn signal_names_round_trip() {
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(signal_number("SIGKILL"), Some(9));
+        assert_eq!(signal_number("term"), Some(15));
+        assert_eq!(signal_number("SIGNOPE"), None);
+    }
+}

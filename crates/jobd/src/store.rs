@@ -1,0 +1,406 @@
+//! The user's MySQL jobs table, the source of truth (reference §3).
+//!
+//! Rules kept from jobd: rows are never inserted or deleted; columns are written in jobd's
+//! order (`accepted`; then `running, result='ok', time_started` before the launcher starts;
+//! then `done, result, time_finished, return_code, sig, stdout, stderr`). Fixed: a pool
+//! instead of one shared connection, fetches take only as many rows as there are free
+//! slots with `FOR UPDATE SKIP LOCKED` (no hoarding, no blocking between workers), rows
+//! deleted meanwhile are skipped, and the final write is retried and sanitised so a row is
+//! never left `running` because its output did not fit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::Row;
+
+use crate::config::MysqlConfig;
+use crate::launcher::{signal_name, Outcome};
+
+/// Largest `mediumtext` value, in bytes (the README schema's column type).
+pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
+
+/// A handle on the jobs table.
+#[derive(Clone)]
+pub struct Store {
+    pool: MySqlPool,
+    table: String,
+}
+
+/// A row a worker took for one of its targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// Row id.
+    pub id: u64,
+    /// Its target.
+    pub target: String,
+}
+
+/// What `run-manual` found for its ids.
+#[derive(Debug, Default)]
+pub struct ManualClaim {
+    /// Rows now `accepted` by this worker.
+    pub accepted: Vec<Claimed>,
+    /// Ids not taken, with jobd's reason text.
+    pub errors: BTreeMap<u64, String>,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn id_list(ids: &[u64]) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+impl Store {
+    /// A pool for `cfg`, connecting lazily so the daemon serves even while MySQL is down.
+    pub fn connect(cfg: &MysqlConfig, max_connections: u32) -> Store {
+        let mut opts = MySqlConnectOptions::new()
+            .username(&cfg.user)
+            .password(&cfg.password)
+            .database(&cfg.database)
+            .charset("utf8mb4");
+        opts = if cfg.host.starts_with('/') {
+            opts.socket(&cfg.host)
+        } else {
+            opts.host(&cfg.host).port(cfg.port)
+        };
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(opts);
+        Store {
+            pool,
+            table: format!("`{}`", cfg.table.replace('`', "``")),
+        }
+    }
+
+    /// Takes up to `limit` `waiting` rows of each target, oldest id first, skipping rows
+    /// another worker has locked. Rows are fetched only for free slots, so each starts at
+    /// once: the same transaction writes `accepted` and then `running, result='ok',
+    /// time_started` (jobd's order; one commit instead of two, which halves the fsyncs
+    /// before a job can start). Returned rows are `running`.
+    pub async fn fetch_waiting(
+        &self,
+        wants: &[(String, u64)],
+    ) -> Result<Vec<Claimed>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut claimed = Vec::new();
+        for (target, limit) in wants {
+            if *limit == 0 {
+                continue;
+            }
+            let sql = format!(
+                "SELECT id FROM {} WHERE status='waiting' AND target=? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                self.table
+            );
+            let rows = sqlx::query(&sql)
+                .bind(target)
+                .bind(*limit)
+                .fetch_all(&mut *tx)
+                .await?;
+            for row in rows {
+                claimed.push(Claimed {
+                    id: row_id(&row)?,
+                    target: target.clone(),
+                });
+            }
+        }
+        if !claimed.is_empty() {
+            let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+            let sql = format!(
+                "UPDATE {} SET status='accepted' WHERE id IN ({})",
+                self.table,
+                id_list(&ids)
+            );
+            sqlx::query(&sql).execute(&mut *tx).await?;
+            let sql = format!(
+                "UPDATE {} SET status='running', result='ok', time_started=? WHERE id IN ({})",
+                self.table,
+                id_list(&ids)
+            );
+            sqlx::query(&sql).bind(now()).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        claimed.sort_by_key(|c| c.id);
+        Ok(claimed)
+    }
+
+    /// Takes the `manual` rows among `ids` whose target `serves` accepts. Other rows are
+    /// reported and left exactly as they were (jobd rewrote them to `ignored`).
+    pub async fn claim_manual(
+        &self,
+        ids: &[u64],
+        serves: impl Fn(&str) -> bool,
+    ) -> Result<ManualClaim, sqlx::Error> {
+        let mut out = ManualClaim::default();
+        let mut tx = self.pool.begin().await?;
+        let sql = format!(
+            "SELECT id, status, target FROM {} WHERE id IN ({}) FOR UPDATE",
+            self.table,
+            id_list(ids)
+        );
+        let rows = sqlx::query(&sql).fetch_all(&mut *tx).await?;
+        let mut seen = Vec::new();
+        for row in rows {
+            let id = row_id(&row)?;
+            let status = text(&row, "status")?;
+            let target = text(&row, "target")?;
+            seen.push(id);
+            if status != "manual" {
+                out.errors
+                    .insert(id, format!("status = {status} != manual"));
+            } else if !serves(&target) {
+                out.errors
+                    .insert(id, format!("target '{target}' not found (job id={id})"));
+            } else {
+                out.accepted.push(Claimed { id, target });
+            }
+        }
+        for id in ids {
+            if !seen.contains(id) {
+                out.errors.insert(*id, format!("job {id} not found"));
+            }
+        }
+        if !out.accepted.is_empty() {
+            let ids: Vec<u64> = out.accepted.iter().map(|c| c.id).collect();
+            let sql = format!(
+                "UPDATE {} SET status='accepted' WHERE id IN ({})",
+                self.table,
+                id_list(&ids)
+            );
+            sqlx::query(&sql).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        out.accepted.sort_by_key(|c| c.id);
+        Ok(out)
+    }
+
+    /// Marks a row `running` just before its launcher starts. False if the row is gone or
+    /// no longer `accepted` (deleted or changed by the user meanwhile): do not run it.
+    pub async fn mark_running(&self, id: u64) -> Result<bool, sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status='running', result='ok', time_started=? WHERE id=? AND status='accepted'",
+            self.table
+        );
+        let r = sqlx::query(&sql)
+            .bind(now())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Writes the end of a job. Retries until it is stored: data the column rejects is
+    /// sanitised step by step (4-byte characters replaced, output truncated, finally
+    /// replaced by a note), and a lost database is waited for with growing pauses.
+    pub async fn finish(&self, id: u64, outcome: &Outcome) {
+        let mut stdout = truncate(&outcome.stdout, MEDIUMTEXT_MAX);
+        let mut stderr = truncate(&outcome.stderr, MEDIUMTEXT_MAX);
+        let mut pause = Duration::from_millis(100);
+        let mut shrink = 0;
+        loop {
+            match self.write_done(id, outcome, &stdout, &stderr).await {
+                Ok(()) => return,
+                Err(e) if is_data_error(&e) => {
+                    tracing::warn!(id, error = %e, "jobd: final UPDATE rejected the data; sanitising");
+                    shrink += 1;
+                    match shrink {
+                        1 => {
+                            stdout = bmp_only(&stdout);
+                            stderr = bmp_only(&stderr);
+                        }
+                        2 => {
+                            stdout = truncate(&stdout, 65_535 / 4);
+                            stderr = truncate(&stderr, 65_535 / 4);
+                        }
+                        _ => {
+                            stdout = String::new();
+                            stderr = format!("jobyard: the job's output could not be stored: {e}");
+                            stderr = bmp_only(&truncate(&stderr, 200));
+                            if shrink > 3 {
+                                // Last resort: the status alone, so the row is not left
+                                // `running` whatever the output columns accept.
+                                if let Err(e) = self.write_status_only(id, outcome).await {
+                                    tracing::error!(id, error = %e, "jobd: could not record the end of a job");
+                                }
+                                return;
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "jobd: final UPDATE failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    async fn write_done(
+        &self,
+        id: u64,
+        o: &Outcome,
+        stdout: &str,
+        stderr: &str,
+    ) -> Result<(), sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status='done', result=?, time_finished=?, return_code=?, sig=?, stdout=?, stderr=? WHERE id=?",
+            self.table
+        );
+        sqlx::query(&sql)
+            .bind(if o.ok() { "ok" } else { "fail" })
+            .bind(now())
+            .bind(o.code.map(|c| c.clamp(0, 255)))
+            .bind(o.signal.map(signal_name))
+            .bind(stdout)
+            .bind(stderr)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn write_status_only(&self, id: u64, o: &Outcome) -> Result<(), sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status='done', result=?, time_finished=? WHERE id=?",
+            self.table
+        );
+        sqlx::query(&sql)
+            .bind(if o.ok() { "ok" } else { "fail" })
+            .bind(now())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Puts rows this worker took but never started back to `to` (`waiting` or `manual`,
+    /// whichever they came from), e.g. on shutdown.
+    pub async fn release(&self, ids: &[u64], to: &str) -> Result<(), sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let to = if to == "manual" { "manual" } else { "waiting" };
+        // `running` too: fetched rows are marked running before they start (see
+        // fetch_waiting); the caller passes only ids it holds unstarted.
+        let sql = format!(
+            "UPDATE {} SET status='{to}', result=NULL, time_started=0 \
+             WHERE status IN ('accepted','running') AND id IN ({})",
+            self.table,
+            id_list(ids)
+        );
+        sqlx::query(&sql).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Startup reconciliation for `targets`: `accepted` rows go back to `waiting` (they
+    /// never started), `running` rows become `done`/`fail` with a note in `stderr` (their
+    /// launcher died with the previous daemon). Returns (released, failed) counts.
+    pub async fn reclaim(&self, targets: &[String]) -> Result<(u64, u64), sqlx::Error> {
+        if targets.is_empty() {
+            return Ok((0, 0));
+        }
+        let marks = vec!["?"; targets.len()].join(",");
+        let sql = format!(
+            "UPDATE {} SET status='waiting' WHERE status='accepted' AND target IN ({marks})",
+            self.table
+        );
+        let mut q = sqlx::query(&sql);
+        for t in targets {
+            q = q.bind(t);
+        }
+        let released = q.execute(&self.pool).await?.rows_affected();
+        let sql = format!(
+            "UPDATE {} SET status='done', result='fail', time_finished=?, \
+             stderr=CONCAT(IFNULL(stderr,''), 'jobyard: the worker stopped while this job was running') \
+             WHERE status='running' AND target IN ({marks})",
+            self.table
+        );
+        let mut q = sqlx::query(&sql).bind(now());
+        for t in targets {
+            q = q.bind(t);
+        }
+        let failed = q.execute(&self.pool).await?.rows_affected();
+        Ok((released, failed))
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn row_id(row: &sqlx::mysql::MySqlRow) -> Result<u64, sqlx::Error> {
+    if let Ok(v) = row.try_get::<u64, _>("id") {
+        return Ok(v);
+    }
+    if let Ok(v) = row.try_get::<u32, _>("id") {
+        return Ok(v.into());
+    }
+    row.try_get::<i64, _>("id").map(|v| v.max(0) as u64)
+}
+
+fn text(row: &sqlx::mysql::MySqlRow, col: &str) -> Result<String, sqlx::Error> {
+    if let Ok(s) = row.try_get::<String, _>(col) {
+        return Ok(s);
+    }
+    let b: Vec<u8> = row.try_get(col)?;
+    Ok(String::from_utf8_lossy(&b).trim_end().to_string())
+}
+
+/// MySQL errors about the value, not the connection: 1366 incorrect string value,
+/// 1406 data too long, 1264 out of range, 1265 truncated, 1301/1153 packet too large.
+fn is_data_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .map(|m| m.number())
+                .unwrap_or(0);
+            matches!(code, 1366 | 1406 | 1264 | 1265 | 1301 | 1153 | 1300)
+        }
+        _ => false,
+    }
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Replaces characters outside the Basic Multilingual Plane (4 bytes in UTF-8, rejected by
+/// MySQL's 3-byte `utf8` columns) with U+FFFD.
+pub fn bmp_only(s: &str) -> String {
+    s.chars()
+        .map(|c| if (c as u32) > 0xFFFF { '\u{FFFD}' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate("aé", 2), "a");
+        assert_eq!(truncate("abc", 5), "abc");
+    }
+
+    #[test]
+    fn bmp_only_replaces_emoji() {
+        assert_eq!(bmp_only("a😀b"), "a\u{FFFD}b");
+    }
+}

@@ -1,0 +1,756 @@
+//! The jobd worker daemon: serves poll, pause, continue, status, run-manual, add-target,
+//! remove-target, set-target-concurrency and send-signal (reference §2), runs jobs from
+//! the MySQL table through the launcher, and keeps a registration with the master.
+//!
+//! Poll algorithm (reference §4) with jobd's bugs fixed: a poll takes at most as many rows
+//! per target as it has free slots (never while paused), re-polls while a fetch came back
+//! full, and parks targets that are full until a job ends or `continue` arrives. A fetch
+//! that fails (database gone) is retried with growing pauses.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, Notify};
+
+use crate::config::JobdConfig;
+use crate::launcher::{self, LaunchSpec, Outcome};
+use crate::link::{Handler, Link, ReplyFuture};
+use crate::memory::memory_usage;
+use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
+use crate::session::{is_localhost, Session};
+use crate::slots::{LocalScheduler, Scheduler, Start};
+use crate::store::{Claimed, Store};
+use crate::validate;
+
+type Waiter = oneshot::Sender<Result<Outcome, String>>;
+
+struct State {
+    sched: Box<dyn Scheduler>,
+    /// Targets a poll asked for that are not fetched yet (parked while full or paused).
+    pending: BTreeSet<String>,
+    polling: bool,
+    retry_armed: bool,
+    retry_pause: Duration,
+    /// run-manual callers, by job id.
+    waiters: HashMap<u64, Waiter>,
+    /// Process group of each running job.
+    running: HashMap<u64, i32>,
+    /// Fetched rows already marked `running` in the table (they need no second write).
+    premarked: BTreeSet<u64>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    store: Store,
+    spec: LaunchSpec,
+    fetch_limit: u64,
+    name: String,
+    master: Mutex<Option<Arc<Link>>>,
+    shutting_down: AtomicBool,
+    /// run_job tasks in flight (running or writing their result).
+    active: AtomicUsize,
+    idle: Notify,
+}
+
+/// A cheap handle on one worker daemon's state.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+/// A worker daemon started in this process (see [`start_jobd`]).
+pub struct JobdHandle {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The worker itself.
+    pub worker: Worker,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl JobdHandle {
+    /// Graceful shutdown (as on SIGTERM); resolves when it is complete.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = self.done.await;
+    }
+}
+
+/// Starts a worker daemon on the current runtime: reconciles the table, listens, connects
+/// to the master. `config.port = 0` picks a free port (see [`JobdHandle::addr`]).
+pub async fn start_jobd(config: JobdConfig) -> std::io::Result<JobdHandle> {
+    start_jobd_with(config, Box::<LocalScheduler>::default()).await
+}
+
+/// [`start_jobd`] with the targets kept in `sched` (the engine-backed scheduler goes here;
+/// the config's targets are added to it).
+pub async fn start_jobd_with(
+    config: JobdConfig,
+    sched: Box<dyn Scheduler>,
+) -> std::io::Result<JobdHandle> {
+    let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
+    let addr = listener.local_addr()?;
+    let worker = Worker::with_scheduler(&config, sched);
+    if config.reclaim_on_start {
+        let targets: Vec<String> = config.targets.iter().map(|t| t.0.clone()).collect();
+        match worker.inner.store.reclaim(&targets).await {
+            Ok((released, failed)) if released + failed > 0 => tracing::warn!(
+                released,
+                failed,
+                "jobd: reclaimed rows left by a previous run (accepted -> waiting, running -> done/fail)"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "jobd: startup reconciliation failed"),
+        }
+    }
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let w = worker.clone();
+    let grace = Duration::from_secs(config.shutdown_timeout);
+    let password = config.password.clone();
+    let allow_local = config.always_allow_localhost;
+    let master = config.master.clone();
+    let reconnect = Duration::from_secs(config.master_reconnect_timeout.max(1));
+    let done = tokio::spawn(async move {
+        let master_task = master.map(|(h, p)| {
+            let w = w.clone();
+            let pw = password.clone();
+            tokio::spawn(async move { w.master_loop(h, p, pw, reconnect).await })
+        });
+        let handler: Arc<dyn Handler> = Arc::new(w.clone());
+        let mut stop_rx = stop_rx;
+        let mut links: Vec<Arc<Link>> = Vec::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    if let Ok((stream, peer)) = accepted {
+                        let trusted = allow_local && is_localhost(&peer);
+                        let session = Session::new(password.clone(), trusted);
+                        links.retain(|l| !l.is_closed());
+                        links.push(Link::spawn(stream, session, handler.clone(), MAX_REQUEST_FRAME, None));
+                    }
+                }
+                _ = &mut stop_rx => break,
+            }
+        }
+        drop(listener);
+        if let Some(t) = master_task {
+            t.abort();
+        }
+        if let Some(l) = w.inner.master.lock().unwrap().take() {
+            l.close();
+        }
+        w.shutdown(grace).await;
+        for l in links {
+            l.close();
+        }
+    });
+    Ok(JobdHandle {
+        addr,
+        worker,
+        stop: Some(stop_tx),
+        done,
+    })
+}
+
+fn reply_ok() -> Result<Value, String> {
+    Ok(Value::String("ok".into()))
+}
+
+impl Worker {
+    /// A worker for `config` (no listener; see [`start_jobd`]).
+    pub fn new(config: &JobdConfig) -> Worker {
+        Worker::with_scheduler(config, Box::<LocalScheduler>::default())
+    }
+
+    /// A worker whose targets live in `sched` (the engine-backed scheduler plugs in here).
+    pub fn with_scheduler(config: &JobdConfig, mut sched: Box<dyn Scheduler>) -> Worker {
+        for (t, c) in &config.targets {
+            let _ = sched.add(t, *c);
+        }
+        let pool_size = config.targets.iter().map(|t| t.1).sum::<u32>().clamp(2, 16) + 2;
+        Worker {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    sched,
+                    pending: BTreeSet::new(),
+                    polling: false,
+                    retry_armed: false,
+                    retry_pause: Duration::from_millis(200),
+                    waiters: HashMap::new(),
+                    running: HashMap::new(),
+                    premarked: BTreeSet::new(),
+                }),
+                store: Store::connect(&config.mysql, pool_size),
+                spec: LaunchSpec {
+                    template: config.launcher.clone(),
+                    cwd: config.launcher_cwd.clone(),
+                    env: config.launcher_env.clone(),
+                    max_output: config.max_output_buffer,
+                },
+                fetch_limit: config.mysql_fetch_limit,
+                name: config.name.clone(),
+                master: Mutex::new(None),
+                shutting_down: AtomicBool::new(false),
+                active: AtomicUsize::new(0),
+                idle: Notify::new(),
+            }),
+        }
+    }
+
+    /// Answers one request (the same handlers serve clients and the master).
+    pub async fn dispatch(&self, kind: &str, data: Value) -> Result<Value, String> {
+        match kind {
+            "poll" => self.poll(&data),
+            "pause" => self.pause(&data, true),
+            "continue" => self.pause(&data, false),
+            "status" => Ok(self.status()),
+            "run-manual" => self.run_manual(&data).await,
+            "add-target" => self.add_target(&data),
+            "remove-target" => self.remove_target(&data),
+            "set-target-concurrency" => self.set_concurrency(&data),
+            "send-signal" => Ok(self.send_signal(&data)),
+            other => Err(format!("unknown request type: '{other}'")),
+        }
+    }
+
+    fn checked_targets(&self, data: &Value) -> Result<Vec<String>, String> {
+        let st = self.inner.state.lock().unwrap();
+        match validate::targets(data)? {
+            None => Ok(st.sched.targets().into_iter().map(|t| t.name).collect()),
+            Some(list) => {
+                for t in &list {
+                    if !st.sched.serves(t) {
+                        return Err(format!("invalid target '{t}'"));
+                    }
+                }
+                Ok(list)
+            }
+        }
+    }
+
+    fn poll(&self, data: &Value) -> Result<Value, String> {
+        let targets = self.checked_targets(data)?;
+        self.inner.state.lock().unwrap().pending.extend(targets);
+        self.kick();
+        reply_ok()
+    }
+
+    fn pause(&self, data: &Value, paused: bool) -> Result<Value, String> {
+        let targets = self.checked_targets(data)?;
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            for t in &targets {
+                st.sched.set_paused(t, paused);
+            }
+        }
+        if !paused {
+            self.start_ready();
+            self.kick();
+        }
+        reply_ok()
+    }
+
+    /// The `status` reply (reference §2.1). `memoryUsage.rss` is real; the V8 heap
+    /// figures have no meaning here and are 0.
+    pub fn status(&self) -> Value {
+        let st = self.inner.state.lock().unwrap();
+        let mut targets = Map::new();
+        for t in st.sched.targets() {
+            targets.insert(
+                t.name,
+                json!({"paused": t.paused, "concurrency": t.concurrency, "length": t.length}),
+            );
+        }
+        json!({
+            "targets": targets,
+            "jobPromisesCount": st.waiters.len(),
+            "memoryUsage": memory_usage(),
+        })
+    }
+
+    fn add_target(&self, data: &Value) -> Result<Value, String> {
+        let (target, c) = validate::target_and_concurrency(data)?;
+        self.inner.state.lock().unwrap().sched.add(&target, c)?;
+        self.reregister();
+        reply_ok()
+    }
+
+    fn remove_target(&self, data: &Value) -> Result<Value, String> {
+        let target = validate::string(data, "target")?;
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            st.sched.remove(&target)?;
+            st.pending.remove(&target);
+        }
+        self.reregister();
+        reply_ok()
+    }
+
+    fn set_concurrency(&self, data: &Value) -> Result<Value, String> {
+        let (target, c) = validate::target_and_concurrency(data)?;
+        self.inner
+            .state
+            .lock()
+            .unwrap()
+            .sched
+            .set_concurrency(&target, c)?;
+        self.start_ready();
+        self.kick();
+        reply_ok()
+    }
+
+    fn send_signal(&self, data: &Value) -> Value {
+        let entries: Vec<(String, Value)> = match data.get("jobs") {
+            Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v.clone()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let st = self.inner.state.lock().unwrap();
+        let mut out = Map::new();
+        for (key, sig) in entries {
+            let signal = match &sig {
+                Value::Number(n) => n.as_i64().map(|n| n as i32),
+                Value::String(s) => launcher::signal_number(s),
+                _ => None,
+            };
+            let pgid = key
+                .parse::<u64>()
+                .ok()
+                .and_then(|id| st.running.get(&id).copied());
+            let delivered = match (pgid, signal) {
+                (Some(pg), Some(sig)) => launcher::signal_group(pg, sig),
+                _ => false,
+            };
+            out.insert(key, Value::Bool(delivered));
+        }
+        Value::Object(out)
+    }
+
+    async fn run_manual(&self, data: &Value) -> Result<Value, String> {
+        let ids = manual_ids(data)?;
+        let mut receivers = Vec::new();
+        let served: Vec<String> = {
+            let mut st = self.inner.state.lock().unwrap();
+            if self.inner.shutting_down.load(Ordering::SeqCst) {
+                return Err("worker is shutting down".into());
+            }
+            if let Some(id) = ids.iter().find(|id| st.waiters.contains_key(id)) {
+                return Err(format!("another client is already waiting for job {id}"));
+            }
+            for id in &ids {
+                let (tx, rx) = oneshot::channel();
+                st.waiters.insert(*id, tx);
+                receivers.push((*id, rx));
+            }
+            st.sched.targets().into_iter().map(|t| t.name).collect()
+        };
+        let claim = self
+            .inner
+            .store
+            .claim_manual(&ids, |t| served.iter().any(|s| s == t))
+            .await;
+        let claim = match claim {
+            Ok(c) => c,
+            Err(e) => {
+                let mut st = self.inner.state.lock().unwrap();
+                for id in &ids {
+                    st.waiters.remove(id);
+                }
+                return Err(format!("database error: {e}"));
+            }
+        };
+        let mut errors: BTreeMap<u64, String> = claim.errors;
+        let mut orphans = Vec::new();
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            for id in errors.keys() {
+                st.waiters.remove(id);
+            }
+            for Claimed { id, target } in &claim.accepted {
+                if st.sched.serves(target) {
+                    st.sched.push(target, *id);
+                } else {
+                    st.waiters.remove(id);
+                    errors.insert(*id, format!("target '{target}' not found (job id={id})"));
+                    orphans.push(*id);
+                }
+            }
+        }
+        if !orphans.is_empty() {
+            let _ = self.inner.store.release(&orphans, "manual").await;
+        }
+        self.start_ready();
+        let mut jobs = BTreeMap::new();
+        for (id, rx) in receivers {
+            if errors.contains_key(&id) {
+                continue;
+            }
+            match rx.await {
+                Ok(Ok(o)) => {
+                    jobs.insert(id, o);
+                }
+                Ok(Err(e)) => {
+                    errors.insert(id, e);
+                }
+                Err(_) => {
+                    errors.insert(id, "worker is shutting down".into());
+                }
+            }
+        }
+        let mut out = Map::new();
+        if !jobs.is_empty() {
+            let mut m = Map::new();
+            for (id, o) in jobs {
+                m.insert(
+                    id.to_string(),
+                    json!({
+                        "result": if o.ok() { "ok" } else { "fail" },
+                        "code": o.code,
+                        "signal": o.signal.map(launcher::signal_name),
+                        "stdout": o.stdout,
+                        "stderr": o.stderr,
+                    }),
+                );
+            }
+            out.insert("jobs".into(), Value::Object(m));
+        }
+        if !errors.is_empty() {
+            let m: Map<String, Value> = errors
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v)))
+                .collect();
+            out.insert("errors".into(), Value::Object(m));
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// Starts a fetch for pending targets with free slots, unless one is running.
+    fn kick(&self) {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let wants: Vec<(String, u64)> = {
+            let mut st = self.inner.state.lock().unwrap();
+            if st.polling || st.pending.is_empty() {
+                return;
+            }
+            let pending: Vec<String> = st.pending.iter().cloned().collect();
+            let mut wants = Vec::new();
+            for t in pending {
+                if !st.sched.serves(&t) {
+                    st.pending.remove(&t);
+                    continue;
+                }
+                let mut free = st.sched.free(&t);
+                if self.inner.fetch_limit > 0 {
+                    free = free.min(self.inner.fetch_limit);
+                }
+                if free > 0 {
+                    st.pending.remove(&t);
+                    wants.push((t, free));
+                }
+            }
+            if wants.is_empty() {
+                return;
+            }
+            st.polling = true;
+            wants
+        };
+        let w = self.clone();
+        tokio::spawn(async move { w.fetch(wants).await });
+    }
+
+    async fn fetch(&self, wants: Vec<(String, u64)>) {
+        let result = self.inner.store.fetch_waiting(&wants).await;
+        let mut retry_in = None;
+        let mut orphans = Vec::new();
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            st.polling = false;
+            match result {
+                Ok(rows) => {
+                    st.retry_pause = Duration::from_millis(200);
+                    for (t, limit) in &wants {
+                        let got = rows.iter().filter(|r| &r.target == t).count() as u64;
+                        if got == *limit {
+                            st.pending.insert(t.clone());
+                        }
+                    }
+                    for r in &rows {
+                        if st.sched.free(&r.target) > 0 {
+                            st.sched.push(&r.target, r.id);
+                            st.premarked.insert(r.id);
+                        } else {
+                            // The target was paused, filled by run-manual or removed while
+                            // the fetch ran: hand the row back rather than hold a `running`
+                            // row that has not started, and poll again later.
+                            orphans.push((r.id, r.target.clone()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "jobd: fetching jobs failed; will retry");
+                    for (t, _) in &wants {
+                        st.pending.insert(t.clone());
+                    }
+                    if !st.retry_armed {
+                        st.retry_armed = true;
+                        retry_in = Some(st.retry_pause);
+                        st.retry_pause = (st.retry_pause * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+        }
+        if !orphans.is_empty() {
+            let ids: Vec<u64> = orphans.iter().map(|o| o.0).collect();
+            let released = self.inner.store.release(&ids, "waiting").await;
+            {
+                let mut st = self.inner.state.lock().unwrap();
+                for (_, t) in orphans {
+                    if st.sched.serves(&t) {
+                        st.pending.insert(t);
+                    }
+                }
+            }
+            if let Err(e) = released {
+                tracing::error!(error = %e, "jobd: could not hand back fetched rows; the next start reclaims them");
+            }
+        }
+        self.start_ready();
+        match retry_in {
+            Some(pause) => {
+                let w = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    w.inner.state.lock().unwrap().retry_armed = false;
+                    w.kick();
+                });
+            }
+            None => self.kick(),
+        }
+    }
+
+    fn start_ready(&self) {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let starts = self.inner.state.lock().unwrap().sched.take_startable();
+        for s in starts {
+            self.inner.active.fetch_add(1, Ordering::SeqCst);
+            let w = self.clone();
+            tokio::spawn(async move {
+                w.run_job(s).await;
+                if w.inner.active.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    w.inner.idle.notify_waiters();
+                }
+            });
+        }
+    }
+
+    async fn run_job(&self, Start { id, target }: Start) {
+        let mut pause = Duration::from_millis(100);
+        let premarked = self.inner.state.lock().unwrap().premarked.remove(&id);
+        let marked = loop {
+            if premarked {
+                break Some(true);
+            }
+            match self.inner.store.mark_running(id).await {
+                Ok(m) => break Some(m),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "jobd: marking a job running failed; retrying");
+                    if self.inner.shutting_down.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
+        let outcome = match marked {
+            Some(true) => match launcher::start(&self.inner.spec, id) {
+                Err(msg) => {
+                    tracing::error!(id, "jobd: {msg}");
+                    Ok(Outcome::spawn_failed(msg))
+                }
+                Ok(running) => {
+                    self.inner
+                        .state
+                        .lock()
+                        .unwrap()
+                        .running
+                        .insert(id, running.pgid);
+                    let o = running.wait().await;
+                    self.inner.state.lock().unwrap().running.remove(&id);
+                    Ok(o)
+                }
+            },
+            Some(false) => Err(format!("job {id} not found")),
+            None => Err("worker is shutting down".to_string()),
+        };
+        self.inner.state.lock().unwrap().sched.finished(&target);
+        self.start_ready();
+        self.kick();
+        if let Ok(o) = &outcome {
+            self.inner.store.finish(id, o).await;
+        }
+        let waiter = self.inner.state.lock().unwrap().waiters.remove(&id);
+        if let Some(tx) = waiter {
+            let _ = tx.send(outcome);
+        }
+    }
+
+    /// Graceful shutdown: take nothing new, hand back queued rows, give running jobs
+    /// `grace` to end, then SIGTERM their process groups (SIGKILL 5 s later), and wait
+    /// until every result is written.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+        let (queued, manual): (Vec<u64>, Vec<u64>) = {
+            let mut st = self.inner.state.lock().unwrap();
+            let queued = st.sched.drain_queued();
+            for id in &queued {
+                st.premarked.remove(id);
+            }
+            let mut manual = Vec::new();
+            let mut background = Vec::new();
+            for id in queued {
+                if let Some(tx) = st.waiters.remove(&id) {
+                    let _ = tx.send(Err("worker is shutting down".into()));
+                    manual.push(id);
+                } else {
+                    background.push(id);
+                }
+            }
+            (background, manual)
+        };
+        for (ids, to) in [(queued, "waiting"), (manual, "manual")] {
+            if let Err(e) = self.inner.store.release(&ids, to).await {
+                tracing::error!(error = %e, "jobd: could not hand back queued rows; the next start reclaims them");
+            }
+        }
+        if !self.wait_idle(grace).await {
+            self.signal_all(libc::SIGTERM);
+            if !self.wait_idle(Duration::from_secs(5)).await {
+                self.signal_all(libc::SIGKILL);
+                self.wait_idle(Duration::from_secs(60)).await;
+            }
+        }
+        self.inner.store.close().await;
+    }
+
+    fn signal_all(&self, sig: i32) {
+        let st = self.inner.state.lock().unwrap();
+        for pg in st.running.values() {
+            launcher::signal_group(*pg, sig);
+        }
+    }
+
+    async fn wait_idle(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.inner.idle.notified();
+            if self.inner.active.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.inner.active.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+
+    fn registration(&self) -> Value {
+        let st = self.inner.state.lock().unwrap();
+        let targets: Vec<String> = st.sched.targets().into_iter().map(|t| t.name).collect();
+        json!({"name": self.inner.name, "targets": targets})
+    }
+
+    /// Tells the master about a change of targets (jobd never did).
+    fn reregister(&self) {
+        let link = self.inner.master.lock().unwrap().clone();
+        if let Some(link) = link {
+            let data = self.registration();
+            tokio::spawn(async move {
+                if let Err(e) = link.request("register-worker", data, None).await {
+                    tracing::warn!(error = %e, "jobd: re-registering with the master failed");
+                }
+            });
+        }
+    }
+
+    async fn master_loop(
+        &self,
+        host: String,
+        port: u16,
+        password: Option<String>,
+        pause: Duration,
+    ) {
+        let handler: Arc<dyn Handler> = Arc::new(self.clone());
+        loop {
+            match TcpStream::connect((host.as_str(), port)).await {
+                Ok(stream) => {
+                    let link = Link::spawn(
+                        stream,
+                        Session::new(None, true),
+                        handler.clone(),
+                        MAX_RESPONSE_FRAME,
+                        password.clone(),
+                    );
+                    *self.inner.master.lock().unwrap() = Some(link.clone());
+                    match link
+                        .request("register-worker", self.registration(), None)
+                        .await
+                    {
+                        Ok(_) => tracing::info!("jobd: registered with the master"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "jobd: registration with the master failed")
+                        }
+                    }
+                    link.closed().await;
+                    *self.inner.master.lock().unwrap() = None;
+                    tracing::warn!("jobd: connection to the master lost");
+                }
+                Err(e) => tracing::warn!(error = %e, "jobd: cannot reach the master"),
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+impl Handler for Worker {
+    fn handle(&self, _link: Arc<Link>, kind: String, data: Value) -> ReplyFuture {
+        let w = self.clone();
+        Box::pin(async move { w.dispatch(&kind, data).await })
+    }
+}
+
+fn manual_ids(data: &Value) -> Result<Vec<u64>, String> {
+    let items = match data.get("ids") {
+        None | Some(Value::Null) => return Err("missing required field ids".into()),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err("ids must be array".into()),
+    };
+    if items.is_empty() {
+        return Err("ids are empty".into());
+    }
+    let mut ids: Vec<u64> = Vec::new();
+    for v in items {
+        let id = match v {
+            Value::Number(n) => n.as_u64().ok_or_else(|| format!("invalid id {n}"))?,
+            other => return Err(format!("all ids must be numbers, got {}", js_typeof(other))),
+        };
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}

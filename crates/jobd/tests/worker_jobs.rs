@@ -1,0 +1,628 @@
+//! Launcher and scheduling tests of the jobd worker against a real MariaDB: what lands in
+//! the rows, exit codes, signals to process groups, output caps, concurrency, FIFO, pause,
+//! runtime targets, and one test per fixed jobd bug (reference §7) where feasible.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use jobyard_jobd::start_jobd;
+use serde_json::json;
+
+#[tokio::test]
+async fn poll_runs_waiting_rows_and_writes_every_column() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let ok = db.insert("t1", "waiting").await;
+    let fail = db.insert("t1", "waiting").await;
+    jobs.script(ok, "echo \"out $1 $JOBD_TEST\"; echo err >&2\n");
+    jobs.script(fail, "exit 3\n");
+    let mut c = Client::connect(w.addr).await;
+    assert_eq!(c.ok("poll", json!({"targets": ["t1"]})).await, "ok");
+    let r = db.wait_status(ok, "done").await;
+    assert_eq!(r.result.as_deref(), Some("ok"));
+    assert_eq!(r.return_code, Some(0));
+    assert_eq!(r.sig, None);
+    assert_eq!(
+        r.stdout.as_deref(),
+        Some(format!("out {ok} yes\n").as_str())
+    );
+    assert_eq!(r.stderr.as_deref(), Some("err\n"));
+    assert!(r.time_started > 0 && r.time_finished >= r.time_started);
+    let r = db.wait_status(fail, "done").await;
+    assert_eq!(r.result.as_deref(), Some("fail"));
+    assert_eq!(r.return_code, Some(3));
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn launcher_sees_its_row_running() {
+    // The example app's launcher refuses to run unless its row is `running`.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "manual").await;
+    // The job asks the test (through a file) and waits; the test checks the row meanwhile.
+    jobs.script(
+        id,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    let call = tokio::spawn(async move { c.ok("run-manual", json!({"ids": [id]})).await });
+    jobs.wait_file("started").await;
+    let r = db.row(id).await.unwrap();
+    assert_eq!(r.status, "running");
+    assert_eq!(r.result.as_deref(), Some("ok"), "jobd pre-sets result=ok");
+    std::fs::write(jobs.path("go"), "").unwrap();
+    let out = call.await.unwrap();
+    assert_eq!(out["jobs"][id.to_string()]["code"], 0);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_launcher_fails_the_row_with_a_clear_error() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let mut cfg = worker_config(&db, &jobs, "t1 = 1\n", "");
+    cfg.launcher = "/nonexistent/launcher {id}".into();
+    let w = start_jobd(cfg).await.unwrap();
+    let id = db.insert("t1", "manual").await;
+    let mut c = Client::connect(w.addr).await;
+    let out = c.ok("run-manual", json!({"ids": [id]})).await;
+    let j = &out["jobs"][id.to_string()];
+    assert_eq!(j["result"], "fail");
+    assert_eq!(j["code"], serde_json::Value::Null);
+    assert!(
+        j["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("cannot start launcher '/nonexistent/launcher'"),
+        "{j}"
+    );
+    let r = db.wait_status(id, "done").await;
+    assert_eq!(r.result.as_deref(), Some("fail"));
+    assert_eq!(r.return_code, None);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn send_signal_reaches_the_whole_process_group() {
+    // Bug 10/§3.3: jobd signalled only the launcher PID and left its children running.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "manual").await;
+    jobs.script(
+        id,
+        "sleep 300 & echo $! > \"$d/child\"; touch \"$d/started\"; wait\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    let addr = w.addr;
+    let call = tokio::spawn(async move { c.ok("run-manual", json!({"ids": [id]})).await });
+    jobs.wait_file("started").await;
+    let child: i32 = std::fs::read_to_string(jobs.path("child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut c2 = Client::connect(addr).await;
+    let r = c2
+        .ok(
+            "send-signal",
+            json!({"jobs": {id.to_string(): 15, "999999": 15}}),
+        )
+        .await;
+    assert_eq!(r, json!({id.to_string(): true, "999999": false}));
+    let out = call.await.unwrap();
+    let j = &out["jobs"][id.to_string()];
+    assert_eq!(j["result"], "fail");
+    assert_eq!(j["signal"], "SIGTERM");
+    assert_eq!(j["code"], serde_json::Value::Null);
+    let row = db.wait_status(id, "done").await;
+    assert_eq!(row.sig.as_deref(), Some("SIGTERM"));
+    // The grandchild got it too (it is gone or a zombie, not sleeping on).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "grandchild {child} still running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn signal_names_are_accepted_by_the_worker() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "manual").await;
+    jobs.script(id, "touch \"$d/started\"; sleep 300\n");
+    let mut c = Client::connect(w.addr).await;
+    let call = tokio::spawn(async move { c.ok("run-manual", json!({"ids": [id]})).await });
+    jobs.wait_file("started").await;
+    let mut c2 = Client::connect(w.addr).await;
+    let r = c2
+        .ok("send-signal", json!({"jobs": {id.to_string(): "SIGNOPE"}}))
+        .await;
+    assert_eq!(r[id.to_string()], false);
+    let r = c2
+        .ok("send-signal", json!({"jobs": {id.to_string(): "SIGKILL"}}))
+        .await;
+    assert_eq!(r[id.to_string()], true);
+    let out = call.await.unwrap();
+    assert_eq!(out["jobs"][id.to_string()]["signal"], "SIGKILL");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn output_is_capped_at_max_output_buffer_and_decoded_once() {
+    // Bugs 8 and 11: jobd ignored max_output_buffer and decoded each chunk separately.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(
+        &db,
+        &jobs,
+        "t1 = 1\n",
+        "max_output_buffer = 16\n",
+    ))
+    .await
+    .unwrap();
+    let big = db.insert("t1", "manual").await;
+    jobs.script(big, "head -c 100000 /dev/zero | tr '\\0' a; printf 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' >&2\n");
+    let utf = db.insert("t1", "manual").await;
+    jobs.script(utf, "printf '\\303'; sleep 0.05; printf '\\251\\377'\n");
+    let mut c = Client::connect(w.addr).await;
+    let out = c.ok("run-manual", json!({"ids": [big, utf]})).await;
+    assert_eq!(out["jobs"][big.to_string()]["stdout"], "a".repeat(16));
+    assert_eq!(out["jobs"][big.to_string()]["stderr"], "b".repeat(16));
+    assert_eq!(
+        out["jobs"][utf.to_string()]["stdout"],
+        "é\u{FFFD}",
+        "a code point split across writes survives"
+    );
+    let r = db.wait_status(big, "done").await;
+    assert_eq!(r.stdout.unwrap().len(), 16);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrency_is_never_exceeded_and_jobs_start_fifo_by_id() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 2\n", ""))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        ids.push(db.insert("t1", "waiting").await);
+    }
+    for id in &ids {
+        // Each job records its start and how many jobs run beside it (via lock files).
+        jobs.script(
+            *id,
+            "echo $1 >> \"$d/order\"; touch \"$d/run-$1\"; ls \"$d\" | grep -c '^run-' >> \"$d/peak\"; sleep 0.05; rm \"$d/run-$1\"\n",
+        );
+    }
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    for id in &ids {
+        db.wait_status(*id, "done").await;
+    }
+    let order: Vec<u64> = std::fs::read_to_string(jobs.path("order"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids);
+    // Starts of a target with 2 slots: each job starts no later than 2 places after its
+    // id order (the two slots may swap), and never more than 2 run at once.
+    for (pos, id) in order.iter().enumerate() {
+        let rank = ids.iter().position(|x| x == id).unwrap();
+        assert!(rank.abs_diff(pos) <= 1, "order {order:?}");
+    }
+    let peak = std::fs::read_to_string(jobs.path("peak")).unwrap();
+    assert!(
+        peak.lines().all(|n| n.trim().parse::<u32>().unwrap() <= 2),
+        "peak {peak}"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn fetch_takes_only_free_slots_no_hoarding() {
+    // Bug 9: jobd accepted mysql_fetch_limit rows at once even with one free slot.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(
+        &db,
+        &jobs,
+        "t1 = 1\n",
+        "mysql_fetch_limit = 3\n",
+    ))
+    .await
+    .unwrap();
+    let first = db.insert("t1", "waiting").await;
+    for _ in 0..4 {
+        db.insert("t1", "waiting").await;
+    }
+    jobs.script(
+        first,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    jobs.wait_file("started").await;
+    assert_eq!(db.count("running").await, 1);
+    assert_eq!(
+        db.count("accepted").await,
+        0,
+        "nothing taken beyond the free slot"
+    );
+    assert_eq!(db.count("waiting").await, 4);
+    std::fs::write(jobs.path("go"), "").unwrap();
+    // The parked poll resumes as slots free up, until the table is drained.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while db.count("done").await < 5 {
+        assert!(std::time::Instant::now() < deadline, "not drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn pause_really_stops_starting_jobs_and_continue_resumes() {
+    // Bug 2: in jobd a poll or run-manual into a paused target ran the jobs anyway.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let mut c = Client::connect(w.addr).await;
+    c.ok("pause", json!({"targets": ["t1"]})).await;
+    let bg = db.insert("t1", "waiting").await;
+    let manual = db.insert("t1", "manual").await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    let mut c2 = Client::connect(w.addr).await;
+    let call = tokio::spawn(async move { c2.ok("run-manual", json!({"ids": [manual]})).await });
+    // Wait until the manual row has been accepted (queued), then check nothing started.
+    db.wait_status(manual, "accepted").await;
+    let st = c.ok("status", json!({})).await;
+    assert_eq!(st["targets"]["t1"]["paused"], true);
+    assert_eq!(
+        db.row(bg).await.unwrap().status,
+        "waiting",
+        "a paused target takes no rows"
+    );
+    assert_eq!(
+        db.row(manual).await.unwrap().status,
+        "accepted",
+        "queued, not started"
+    );
+    c.ok("continue", json!({"targets": ["t1"]})).await;
+    let out = call.await.unwrap();
+    assert_eq!(out["jobs"][manual.to_string()]["result"], "ok");
+    db.wait_status(bg, "done").await;
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn run_manual_reports_and_does_not_clobber_other_rows() {
+    // Bug 5: jobd rewrote every non-manual row passed to run-manual to `ignored`.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 2\n", ""))
+        .await
+        .unwrap();
+    let ok = db.insert("t1", "manual").await;
+    let fail = db.insert("t1", "manual").await;
+    jobs.script(fail, "echo x; exit 2\n");
+    let other = db.insert("nope", "manual").await;
+    let done = db.insert("t1", "done").await;
+    let waiting = db.insert("t1", "waiting").await;
+    let mut c = Client::connect(w.addr).await;
+    let out = c
+        .ok(
+            "run-manual",
+            json!({"ids": [ok, fail, other, done, waiting, 999999, ok]}),
+        )
+        .await;
+    assert_eq!(
+        out["jobs"][ok.to_string()],
+        json!({"result": "ok", "code": 0, "signal": null, "stdout": format!("id={ok}\n"), "stderr": ""})
+    );
+    assert_eq!(out["jobs"][fail.to_string()]["code"], 2);
+    assert_eq!(
+        out["errors"][other.to_string()],
+        format!("target 'nope' not found (job id={other})")
+    );
+    assert_eq!(out["errors"][done.to_string()], "status = done != manual");
+    assert_eq!(
+        out["errors"][waiting.to_string()],
+        "status = waiting != manual"
+    );
+    assert_eq!(out["errors"]["999999"], "job 999999 not found");
+    assert_eq!(db.row(other).await.unwrap().status, "manual");
+    assert_eq!(db.row(done).await.unwrap().status, "done");
+    assert_eq!(db.row(waiting).await.unwrap().status, "waiting");
+    // Only errors: only the `errors` key.
+    let out = c.ok("run-manual", json!({"ids": [done]})).await;
+    assert!(out.get("jobs").is_none(), "{out}");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_waiter_for_the_same_job_is_refused_and_waiters_do_not_leak() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "manual").await;
+    jobs.script(
+        id,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    let call = tokio::spawn(async move { c.ok("run-manual", json!({"ids": [id]})).await });
+    jobs.wait_file("started").await;
+    let mut c2 = Client::connect(w.addr).await;
+    assert_eq!(c2.ok("status", json!({})).await["jobPromisesCount"], 1);
+    assert_eq!(
+        c2.err("run-manual", json!({"ids": [id]})).await,
+        format!("another client is already waiting for job {id}")
+    );
+    std::fs::write(jobs.path("go"), "").unwrap();
+    call.await.unwrap();
+    assert_eq!(c2.ok("status", json!({})).await["jobPromisesCount"], 0);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn targets_change_at_runtime() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let mut c = Client::connect(w.addr).await;
+    let id = db.insert("new", "waiting").await;
+    c.ok("add-target", json!({"target": "new", "concurrency": 1}))
+        .await;
+    c.ok("poll", json!({"targets": ["new"]})).await;
+    db.wait_status(id, "done").await;
+    // Resize: two jobs run side by side after raising the limit.
+    let a = db.insert("new", "waiting").await;
+    let b = db.insert("new", "waiting").await;
+    for id in [a, b] {
+        jobs.script(
+            id,
+            "touch \"$d/s-$1\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+        );
+    }
+    c.ok(
+        "set-target-concurrency",
+        json!({"target": "new", "concurrency": 2}),
+    )
+    .await;
+    c.ok("poll", json!({"targets": ["new"]})).await;
+    jobs.wait_file(&format!("s-{a}")).await;
+    jobs.wait_file(&format!("s-{b}")).await;
+    assert_eq!(
+        c.err("remove-target", json!({"target": "new"})).await,
+        "queue is not empty"
+    );
+    std::fs::write(jobs.path("go"), "").unwrap();
+    db.wait_status(a, "done").await;
+    db.wait_status(b, "done").await;
+    // Removing waits for the slot to be released after the final write; retry briefly.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c.request("remove-target", json!({"target": "new"})).await;
+        if r["data"] == "ok" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(c.ok("status", json!({})).await["targets"]
+        .get("new")
+        .is_none());
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn four_byte_output_in_a_utf8_table_does_not_strand_the_row() {
+    // Bug 6: an emoji in a 3-byte utf8 column made jobd's final UPDATE fail: row stuck running.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "waiting").await;
+    jobs.script(id, "printf 'ok \\360\\237\\230\\200 done'\n");
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    let r = db.wait_status(id, "done").await;
+    assert_eq!(r.result.as_deref(), Some("ok"));
+    assert_eq!(r.stdout.as_deref(), Some("ok \u{FFFD} done"));
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn output_too_big_for_the_column_is_truncated_not_lost() {
+    let db = test_db().await;
+    db.exec("ALTER TABLE jobs MODIFY stdout text").await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "waiting").await;
+    jobs.script(id, "head -c 100000 /dev/zero | tr '\\0' a\n");
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    let r = db.wait_status(id, "done").await;
+    let n = r.stdout.unwrap().len();
+    assert!(n > 0 && n <= 65535, "{n}");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn rows_deleted_meanwhile_are_tolerated() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let first = db.insert("t1", "waiting").await;
+    jobs.script(
+        first,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    jobs.wait_file("started").await;
+    // The running row is deleted by the app's cleanup; the job's end must not fail.
+    db.exec(&format!("DELETE FROM jobs WHERE id={first}")).await;
+    std::fs::write(jobs.path("go"), "").unwrap();
+    let next = db.insert("t1", "waiting").await;
+    c.ok("poll", json!({})).await;
+    db.wait_status(next, "done").await;
+    assert!(db.row(first).await.is_none(), "never re-inserted");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_reclaims_accepted_and_running_rows() {
+    // Bug 1: after a crash jobd left rows accepted/running forever.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let acc = db.insert("t1", "accepted").await;
+    let run = db.insert("t1", "running").await;
+    let foreign = db.insert("other", "running").await;
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let r = db.row(run).await.unwrap();
+    assert_eq!(r.status, "done");
+    assert_eq!(r.result.as_deref(), Some("fail"));
+    assert!(r
+        .stderr
+        .unwrap()
+        .contains("worker stopped while this job was running"));
+    assert_eq!(db.row(acc).await.unwrap().status, "waiting");
+    assert_eq!(
+        db.row(foreign).await.unwrap().status,
+        "running",
+        "not this worker's target"
+    );
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    db.wait_status(acc, "done").await;
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_signals_late_jobs_and_hands_back_queued_rows() {
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(
+        &db,
+        &jobs,
+        "t1 = 1\n",
+        "shutdown_timeout = 0\n",
+    ))
+    .await
+    .unwrap();
+    let long = db.insert("t1", "manual").await;
+    let queued = db.insert("t1", "manual").await;
+    jobs.script(long, "touch \"$d/started\"; sleep 300\n");
+    let mut c = Client::connect(w.addr).await;
+    let call = tokio::spawn(async move {
+        c.request("run-manual", json!({"ids": [long, queued]}))
+            .await
+    });
+    jobs.wait_file("started").await;
+    db.wait_status(queued, "accepted").await;
+    w.shutdown().await;
+    let r = db.row(long).await.unwrap();
+    assert_eq!(r.status, "done");
+    assert_eq!(r.sig.as_deref(), Some("SIGTERM"));
+    assert_eq!(
+        db.row(queued).await.unwrap().status,
+        "manual",
+        "handed back as it was"
+    );
+    let reply = call.await.unwrap();
+    assert_eq!(
+        reply["data"]["errors"][queued.to_string()],
+        "worker is shutting down"
+    );
+}
+
+#[tokio::test]
+async fn database_errors_are_reported_not_swallowed() {
+    // Bug 6 (first half): a table missing a column gives the caller a clear error.
+    let db = test_db().await;
+    db.exec("ALTER TABLE jobs DROP COLUMN target").await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let mut c = Client::connect(w.addr).await;
+    let e = c.err("run-manual", json!({"ids": [1]})).await;
+    assert!(
+        e.starts_with("database error:") && e.contains("target"),
+        "{e}"
+    );
+    // The daemon keeps serving.
+    assert!(c.ok("status", json!({})).await.is_object());
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn database_that_goes_away_and_comes_back() {
+    let mut own = PrivateMariadb::start();
+    let db = own.test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let running = db.insert("t1", "waiting").await;
+    let later = db.insert("t1", "waiting").await;
+    jobs.script(
+        running,
+        "touch \"$d/started\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done; echo end\n",
+    );
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({})).await;
+    jobs.wait_file("started").await;
+    // The database goes away while a job runs and while a poll is pending: the job's end
+    // and the fetch are retried, and the daemon keeps answering meanwhile.
+    own.stop();
+    std::fs::write(jobs.path("go"), "").unwrap();
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    assert!(c.ok("status", json!({})).await.is_object());
+    own.resume();
+    let r = db.wait_status(running, "done").await;
+    assert_eq!(r.stdout.as_deref(), Some("end\n"));
+    db.wait_status(later, "done").await;
+    w.shutdown().await;
+}
