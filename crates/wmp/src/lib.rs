@@ -1,0 +1,30 @@
+//! 14/WMP, the ZeroMQ Worker-Manager Protocol, as jobyard publishes it (`docs/wmp.md`):
+//! the message codec, the device, and the worker SDK.
+//!
+//! - [`codec`]: frames ⇄ [`Message`] with every WMP/1 check and bound ([`Limits`]); pure,
+//!   shared by managers, devices and workers, fuzzed by `fuzz/fuzz_targets/wmp_decoder.rs`.
+//! - [`route`]: the device's alias-stack rule, pure.
+//! - [`device`]: a stateless forwarder between workers and many managers.
+//! - [`worker`]: an async worker with a handler per role; [`command::run_command_worker`]
+//!   runs a program per job.
+//!
+//! Transport is the pure-Rust `zeromq` crate on tokio; [`transport`] contains its gaps.
+
+pub mod codec;
+pub mod command;
+pub mod device;
+pub mod error;
+pub mod headers;
+pub mod limits;
+pub mod link;
+pub mod message;
+pub mod route;
+pub mod transport;
+pub mod worker;
+
+pub use codec::{decode, encode, envelope, Envelope, SIGNATURE};
+pub use command::run_command_worker;
+pub use error::DecodeError;
+pub use headers::Headers;
+pub use limits::Limits;
+pub use message::*;
