@@ -8,6 +8,7 @@ mod gearmand_compat;
 mod listen;
 mod run;
 mod settings;
+mod wmp_cli;
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +39,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run a 14/WMP worker that runs COMMAND per job (body on stdin, stdout is the result).
+    WmpWorker(wmp_cli::WorkerArgs),
+    /// Run a 14/WMP device between workers and several managers.
+    WmpDevice(wmp_cli::DeviceArgs),
 }
 
 fn main() {
@@ -59,6 +64,8 @@ fn main() {
             }),
             Cmd::Beanstalkd { args } => beanstalkd(&args),
             Cmd::Gearmand { args } => gearmand(&args),
+            Cmd::WmpWorker(args) => std::process::exit(wmp_cli::worker(args)),
+            Cmd::WmpDevice(args) => std::process::exit(wmp_cli::device(args)),
         }
     };
     std::process::exit(run::run(settings));

@@ -49,7 +49,7 @@ fn worker_threads(configured: Option<usize>) -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-fn init_logging(verbosity: u8) {
+pub(crate) fn init_logging(verbosity: u8) {
     let default = match verbosity {
         0 => "info",
         1 => "debug",
