@@ -88,7 +88,11 @@ pub fn device(args: DeviceArgs) -> i32 {
         .enumerate()
         .map(|(i, s)| Upstream::parse(s, i))
         .collect();
-    match runtime().block_on(jobyard_wmp::device::run(&args.listen, upstreams, stop_signal())) {
+    match runtime().block_on(jobyard_wmp::device::run(
+        &args.listen,
+        upstreams,
+        stop_signal(),
+    )) {
         Ok(stats) => {
             tracing::info!(?stats, "wmp device stopped");
             0
