@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (fuzz/fuzz_targets: the beanstalkd decoder, the Gearman decoder, the
-# log record decoder) for SECONDS each (default 60) and fails on the first crash; the input
+# WMP message decoder, the log record decoder) for SECONDS each (default 60) and fails on the first crash; the input
 # that crashed is left in fuzz/artifacts/<target>/.
 #
 #   bash scripts/fuzz.sh [SECONDS]

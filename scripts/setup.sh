@@ -7,7 +7,8 @@
 #   Debian: beanstalkd (reference server), php-cli + php-pda-pheanstalk (PHP client)
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
-#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest
+#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest,
+#           pyzmq (libzmq peers for the 14/WMP tests and examples/wmp_worker.py)
 set -euo pipefail
 
 SUDO=""
@@ -59,6 +60,7 @@ $PY -c 'import greenstalk' 2>/dev/null || py_need+=(greenstalk)
 $PY -c 'import pystalk' 2>/dev/null || py_need+=(pystalk)
 $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
 $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
+$PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -73,7 +75,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest' \
+$PY -c 'import greenstalk, pystalk, pytest, zmq' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \

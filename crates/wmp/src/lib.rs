@@ -11,18 +11,24 @@
 //! Transport is the pure-Rust `zeromq` crate on tokio; [`transport`] contains its gaps.
 
 pub mod codec;
+#[cfg(feature = "transport")]
 pub mod command;
+#[cfg(feature = "transport")]
 pub mod device;
 pub mod error;
 pub mod headers;
 pub mod limits;
+#[cfg(feature = "transport")]
 pub mod link;
 pub mod message;
 pub mod route;
+#[cfg(feature = "transport")]
 pub mod transport;
+#[cfg(feature = "transport")]
 pub mod worker;
 
 pub use codec::{decode, encode, envelope, Envelope, SIGNATURE};
+#[cfg(feature = "transport")]
 pub use command::run_command_worker;
 pub use error::DecodeError;
 pub use headers::Headers;
