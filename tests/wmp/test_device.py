@@ -180,3 +180,28 @@ def test_rust_worker_through_device_to_two_managers(ctx, routers, procs, jobyard
     for m, r, body in ((m1, r1, b"one"), (m2, r2, b"two")):
         done = m.run_job(r.path, "q", 3, body)
         assert (done.headers["manager"], done.headers["status"], done.payload) == (m.name, "ok", body)
+
+
+def test_peer_announcing_a_huge_frame_is_cut_off_not_fatal(ctx, routers, procs, jobyard_bin):
+    """80 bytes of raw ZMTP claiming a 2^62-byte frame: the pure-Rust `zeromq` crate
+    allocates what is claimed and aborts the process; libzmq's ZMQ_MAXMSGSIZE disconnects
+    the peer. The device must survive and keep forwarding."""
+    import socket
+    import struct
+
+    m = routers(name="m1")
+    listen, dev = device(procs, jobyard_bin, [m.endpoint])
+    w = PyWorker(ctx, listen, b"w1")
+    path = ready_everywhere(w, [m])["m1"]
+    host, port = listen[len("tcp://") :].rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as raw:
+        # ZMTP 3.0 greeting (NULL mechanism), then a READY command naming a DEALER.
+        raw.sendall(b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00" + b"NULL" + b"\x00" * 16 + b"\x00" + b"\x00" * 31)
+        assert len(raw.recv(64)) > 0
+        body = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+        raw.sendall(bytes([0x04, len(body)]) + body)
+        time.sleep(0.2)
+        raw.sendall(b"\x02" + struct.pack(">Q", 1 << 62))  # long frame header, no body
+        time.sleep(0.5)
+    assert dev.alive()
+    assert round_trip(w, m, path, job=11) == [b"u0"]

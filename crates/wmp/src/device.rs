@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use zeromq::{RouterSocket, Socket, SocketRecv, SocketSend};
 
 use crate::limits::Limits;
-use crate::link::{self, LinkEvent, Reconnect};
+use crate::link::{self, LinkEvent};
 use crate::route::{downward, upward, Upward};
-use crate::transport::{frames_of, guarded, message_of, Frames};
+use crate::transport::{AsyncSocket, Frames, SocketOptions};
 
 /// One upstream: its alias (the path frame workers' replies carry) and endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,25 +69,21 @@ impl DeviceStats {
 pub struct DeviceConfig {
     /// Bounds checked on every message.
     pub limits: Limits,
-    /// Reconnect backoff for upstreams.
-    pub reconnect: Reconnect,
-    /// Messages queued per peer direction before new ones are dropped.
+    /// libzmq socket options (reconnect, heartbeats); the frame limit comes from `limits`.
+    pub socket: SocketOptions,
+    /// Messages queued per direction inside the device before new ones are dropped.
     pub queue: usize,
-    /// How long one ROUTER send may wait for a slow worker before the message is dropped.
-    pub send_timeout: Duration,
 }
 
 impl Default for DeviceConfig {
     fn default() -> Self {
         DeviceConfig {
             limits: Limits::default(),
-            reconnect: Reconnect {
-                min: Duration::from_millis(100),
-                max: Duration::from_secs(10),
-                connect_timeout: Duration::from_secs(5),
+            socket: SocketOptions {
+                linger: Duration::ZERO,
+                ..SocketOptions::default()
             },
             queue: 4096,
-            send_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -129,22 +124,18 @@ pub async fn run_with(
             return Err(format!("upstream alias {:?} is too long", up.alias));
         }
     }
-    let mut router = RouterSocket::new();
+    let ctx = zmq::Context::new();
+    let mut opts = config.socket;
+    opts.max_frame = crate::worker::frame_limit(&config.limits);
+    let router = AsyncSocket::new(&ctx, zmq::ROUTER, &opts).map_err(|e| e.to_string())?;
     router
+        .socket()
         .bind(listen)
-        .await
         .map_err(|e| format!("cannot bind {listen}: {e}"))?;
 
     let (down_tx, down_rx) = mpsc::channel::<Frames>(config.queue);
     let (from_below_tx, mut from_below) = mpsc::channel::<Frames>(config.queue);
-    let router_task = tokio::spawn(router_loop(
-        router,
-        listen.to_owned(),
-        down_rx,
-        from_below_tx,
-        config.send_timeout,
-        stats.clone(),
-    ));
+    let router_task = tokio::spawn(router_loop(router, down_rx, from_below_tx, stats.clone()));
 
     let (event_tx, mut events) = mpsc::channel::<LinkEvent>(config.queue);
     let mut up_senders = Vec::with_capacity(upstreams.len());
@@ -153,9 +144,10 @@ pub async fn run_with(
         let (tx, rx) = mpsc::channel(config.queue);
         up_senders.push(tx);
         links.spawn(link::run(
+            ctx.clone(),
             i,
             up.endpoint.clone(),
-            config.reconnect,
+            opts,
             rx,
             event_tx.clone(),
         ));
@@ -203,6 +195,11 @@ pub async fn run_with(
     drop(up_senders);
     router_task.abort();
     links.abort_all();
+    let _ = router_task.await;
+    while links.join_next().await.is_some() {}
+    drop(events);
+    drop(from_below);
+    let _ = tokio::task::spawn_blocking(move || drop(ctx)).await;
     Ok(stats)
 }
 
@@ -216,55 +213,36 @@ fn count_send(ok: bool, forwarded: &AtomicU64, stats: &DeviceStats) {
 }
 
 /// Owns the downstream ROUTER: received messages go to `from_below`, `down` is sent. A
-/// panic inside the `zeromq` crate (e.g. a ZMTP command it does not implement) rebinds.
+/// send to a worker that is gone (`EHOSTUNREACH`, from ROUTER_MANDATORY) or whose queue is
+/// full is dropped and counted: a device never waits on one slow peer.
 async fn router_loop(
-    mut router: RouterSocket,
-    listen: String,
+    mut router: AsyncSocket,
     mut down: mpsc::Receiver<Frames>,
     from_below: mpsc::Sender<Frames>,
-    send_timeout: Duration,
     stats: Arc<DeviceStats>,
 ) {
     loop {
-        let result = guarded(async {
-            loop {
-                tokio::select! {
-                    received = router.recv() => match received {
-                        Ok(msg) => {
-                            if from_below.send(frames_of(msg)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => tracing::debug!(error = %e, "wmp device: ROUTER receive failed"),
-                    },
-                    next = down.recv() => {
-                        let Some(frames) = next else { return };
-                        // The ROUTER send asserts at least two frames; downward() guarantees
-                        // a first hop and a delimiter, this keeps that promise local.
-                        let sent = match (frames.len() >= 2).then(|| message_of(frames)).flatten() {
-                            Some(msg) => matches!(tokio::time::timeout(send_timeout, router.send(msg)).await, Ok(Ok(()))),
-                            None => false,
-                        };
-                        if !sent {
-                            stats.forwarded_down.fetch_sub(1, Ordering::Relaxed);
-                            stats.dropped_unroutable.fetch_add(1, Ordering::Relaxed);
-                        }
+        loop {
+            match router.try_recv() {
+                Ok(Some(frames)) => {
+                    if from_below.send(frames).await.is_err() {
+                        return;
                     }
                 }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "wmp device: ROUTER receive failed");
+                    break;
+                }
             }
-        })
-        .await;
-        match result {
-            Ok(()) => return,
-            Err(panic) => {
-                tracing::warn!(panic, "wmp device: ROUTER failed inside zeromq; rebinding");
-                router = RouterSocket::new();
-                loop {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    match router.bind(&listen).await {
-                        Ok(_) => break,
-                        Err(e) => tracing::warn!(error = %e, "wmp device: rebinding failed"),
-                    }
+        }
+        tokio::select! {
+            _ = router.changed() => {}
+            next = down.recv() => {
+                let Some(frames) = next else { return };
+                if !matches!(router.try_send(&frames), Ok(true)) {
+                    stats.forwarded_down.fetch_sub(1, Ordering::Relaxed);
+                    stats.dropped_unroutable.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

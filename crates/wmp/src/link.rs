@@ -1,13 +1,15 @@
-//! One outgoing connection (worker→manager, or device→upstream): a DEALER that is rebuilt
-//! with backoff whenever it fails (spec §3.1: one DEALER per manager endpoint). It only
-//! moves frames; protocol state lives with its owner (the worker core or the device).
+//! One outgoing connection (worker→manager, or device→upstream): a libzmq DEALER (spec §3.1:
+//! one DEALER per manager endpoint) whose connection state is followed through a socket
+//! monitor, so the owner learns when the manager is (again) reachable. libzmq reconnects by
+//! itself with backoff. It only moves frames; protocol state lives with its owner (the
+//! worker core or the device).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend};
 
-use crate::transport::{frames_of, guarded, message_of, Frames};
+use crate::transport::{monitor_event, AsyncSocket, Frames, Monitor, SocketOptions};
 
 /// Which connection (index into the configured endpoints).
 pub type LinkId = usize;
@@ -15,119 +17,105 @@ pub type LinkId = usize;
 /// What a link tells its owner.
 #[derive(Debug)]
 pub enum LinkEvent {
-    /// Connected (again): the manager does not know us yet.
+    /// Connected (again): the manager may not know us yet.
     Up(LinkId),
-    /// The connection failed; reconnecting.
+    /// The connection closed; libzmq is reconnecting.
     Down(LinkId),
     /// A message arrived.
     Frames(LinkId, Frames),
 }
 
-/// Backoff between reconnect attempts.
-#[derive(Debug, Clone, Copy)]
-pub struct Reconnect {
-    /// First wait after a failure.
-    pub min: Duration,
-    /// Longest wait.
-    pub max: Duration,
-    /// How long one connect attempt may take before it counts as failed.
-    pub connect_timeout: Duration,
+static MONITORS: AtomicU64 = AtomicU64::new(0);
+
+fn open(
+    ctx: &zmq::Context,
+    endpoint: &str,
+    opts: &SocketOptions,
+) -> std::io::Result<(AsyncSocket, AsyncSocket)> {
+    let dealer = AsyncSocket::new(ctx, zmq::DEALER, opts)?;
+    let name = format!(
+        "inproc://wmp-link-monitor-{}-{}",
+        std::process::id(),
+        MONITORS.fetch_add(1, Ordering::Relaxed)
+    );
+    let events = zmq::SocketEvent::CONNECTED.to_raw() as i32
+        | zmq::SocketEvent::DISCONNECTED.to_raw() as i32;
+    dealer
+        .socket()
+        .monitor(&name, events)
+        .map_err(std::io::Error::other)?;
+    let monitor = ctx.socket(zmq::PAIR).map_err(std::io::Error::other)?;
+    monitor.connect(&name).map_err(std::io::Error::other)?;
+    dealer
+        .socket()
+        .connect(endpoint)
+        .map_err(std::io::Error::other)?;
+    Ok((dealer, AsyncSocket::wrap(monitor)?))
 }
 
-/// Runs the link until `outgoing` is closed and drained: connects, forwards, reconnects.
+/// Runs the link until `outgoing` is closed: forwards both ways and reports connection
+/// changes. Messages to send wait in libzmq's queue while disconnected (up to its high-water
+/// mark), and are flushed on close within the socket's linger time.
 pub async fn run(
+    ctx: zmq::Context,
     link: LinkId,
     endpoint: String,
-    reconnect: Reconnect,
+    opts: SocketOptions,
     mut outgoing: mpsc::Receiver<Frames>,
     events: mpsc::Sender<LinkEvent>,
 ) {
-    let mut backoff = reconnect.min;
-    // A message that failed to send is retried on the next connection, not lost.
-    let mut held: Option<Frames> = None;
-    loop {
-        let result = guarded(session(
-            link,
-            &endpoint,
-            reconnect.connect_timeout,
-            &mut outgoing,
-            &events,
-            &mut held,
-            &mut backoff,
-            reconnect.min,
-        ))
-        .await;
-        match result {
-            Ok(SessionEnd::Closed) => return,
-            Ok(SessionEnd::Failed(why)) => tracing::debug!(endpoint, why, "wmp link failed"),
-            Err(panic) => tracing::debug!(endpoint, panic, "wmp link failed (zeromq panicked)"),
-        }
-        if events.send(LinkEvent::Down(link)).await.is_err() {
+    let (mut dealer, mut monitor) = match open(&ctx, &endpoint, &opts) {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            tracing::warn!(endpoint, error = %e, "wmp: cannot connect; this link stays down");
+            while outgoing.recv().await.is_some() {}
             return;
         }
-        // Wait, but stop at once if the worker finished meanwhile and nothing is left.
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = events.closed() => return,
-        }
-        backoff = (backoff * 2).min(reconnect.max);
-    }
-}
-
-enum SessionEnd {
-    Closed,
-    Failed(String),
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn session(
-    link: LinkId,
-    endpoint: &str,
-    connect_timeout: Duration,
-    outgoing: &mut mpsc::Receiver<Frames>,
-    events: &mpsc::Sender<LinkEvent>,
-    held: &mut Option<Frames>,
-    backoff: &mut Duration,
-    backoff_min: Duration,
-) -> SessionEnd {
-    let mut socket = DealerSocket::new();
-    match tokio::time::timeout(connect_timeout, socket.connect(endpoint)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return SessionEnd::Failed(e.to_string()),
-        Err(_) => return SessionEnd::Failed("connect timed out".into()),
-    }
-    *backoff = backoff_min;
-    if events.send(LinkEvent::Up(link)).await.is_err() {
-        return SessionEnd::Closed;
-    }
-    if let Some(frames) = held.take() {
-        if let Some(msg) = message_of(frames.clone()) {
-            if let Err(e) = socket.send(msg).await {
-                *held = Some(frames);
-                return SessionEnd::Failed(e.to_string());
+    };
+    // A message that met a full queue, retried before taking the next one.
+    let mut pending: Option<Frames> = None;
+    loop {
+        while let Ok(Some(ev)) = monitor.try_recv() {
+            let event = match monitor_event(&ev) {
+                Monitor::Connected => LinkEvent::Up(link),
+                Monitor::Disconnected => LinkEvent::Down(link),
+                Monitor::Other => continue,
+            };
+            if events.send(event).await.is_err() {
+                return;
             }
         }
-    }
-    loop {
+        loop {
+            match dealer.try_recv() {
+                Ok(Some(frames)) => {
+                    if events.send(LinkEvent::Frames(link, frames)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(endpoint, error = %e, "wmp link: receive failed");
+                    break;
+                }
+            }
+        }
+        if let Some(frames) = pending.take() {
+            if let Ok(false) = dealer.try_send(&frames) {
+                pending = Some(frames);
+            }
+        }
         tokio::select! {
-            received = socket.recv() => match received {
-                Ok(msg) => {
-                    if events.send(LinkEvent::Frames(link, frames_of(msg))).await.is_err() {
-                        return SessionEnd::Closed;
-                    }
-                }
-                Err(e) => return SessionEnd::Failed(e.to_string()),
+            _ = dealer.changed() => {}
+            _ = monitor.changed() => {}
+            next = outgoing.recv(), if pending.is_none() => match next {
+                None => return,
+                Some(frames) => match dealer.try_send(&frames) {
+                    Ok(true) => {}
+                    Ok(false) => pending = Some(frames),
+                    Err(e) => tracing::debug!(endpoint, error = %e, "wmp link: send failed; message dropped"),
+                },
             },
-            next = outgoing.recv() => match next {
-                None => return SessionEnd::Closed,
-                Some(frames) => {
-                    let Some(msg) = message_of(frames.clone()) else { continue };
-                    if let Err(e) = socket.send(msg).await {
-                        *held = Some(frames);
-                        return SessionEnd::Failed(e.to_string());
-                    }
-                }
-            },
+            _ = tokio::time::sleep(Duration::from_millis(5)), if pending.is_some() => {}
         }
     }
 }

@@ -31,11 +31,11 @@ use tokio::task::JoinSet;
 use crate::codec::decode;
 use crate::headers::Headers;
 use crate::limits::Limits;
-use crate::transport::Frames;
+use crate::transport::{Frames, SocketOptions};
 
 pub use self::core::WorkerStats;
 use self::core::{Core, JobKey, Out};
-use crate::link::{self, LinkEvent, Reconnect};
+use crate::link::{self, LinkEvent};
 
 /// One job handed to a handler.
 #[derive(Debug, Clone)]
@@ -91,8 +91,9 @@ pub struct WorkerConfig {
     pub ready_retry_min: Duration,
     /// Longest READY retry interval (30 s); keeps an idle worker inside the manager's `ready_ttl`.
     pub ready_retry_max: Duration,
-    /// Reconnect backoff and connect timeout.
-    pub reconnect: Reconnect,
+    /// libzmq socket options (reconnect backoff, heartbeats, linger); the frame limit is
+    /// taken from `limits`.
+    pub socket: SocketOptions,
     /// Display name sent in READY (`worker=`).
     pub name: Option<String>,
     /// Bounds for received messages.
@@ -107,11 +108,7 @@ impl Default for WorkerConfig {
             lock_timeout: Duration::from_secs(5),
             ready_retry_min: Duration::from_secs(1),
             ready_retry_max: Duration::from_secs(30),
-            reconnect: Reconnect {
-                min: Duration::from_millis(100),
-                max: Duration::from_secs(10),
-                connect_timeout: Duration::from_secs(5),
-            },
+            socket: SocketOptions::default(),
             name: None,
             limits: Limits::default(),
         }
@@ -249,13 +246,17 @@ impl Worker {
         let (event_tx, mut events) = mpsc::channel::<LinkEvent>(1024);
         let mut senders: Vec<mpsc::Sender<Frames>> = Vec::with_capacity(links);
         let mut link_tasks = JoinSet::new();
+        let ctx = zmq::Context::new();
+        let mut opts = self.config.socket;
+        opts.max_frame = frame_limit(&self.config.limits);
         for (i, endpoint) in self.config.connects.iter().enumerate() {
             let (tx, rx) = mpsc::channel(1024);
             senders.push(tx);
             link_tasks.spawn(link::run(
+                ctx.clone(),
                 i,
                 endpoint.clone(),
-                self.config.reconnect,
+                opts,
                 rx,
                 event_tx.clone(),
             ));
@@ -321,15 +322,19 @@ impl Worker {
                 }
             }
         }
-        // Closing the senders lets each link flush what is queued and end.
+        // Closing the senders lets each link hand what is queued to libzmq and close its
+        // socket; ending the context then waits (up to the linger time) until it is sent.
+        // Incoming events are discarded meanwhile; the channel ends when every link has.
         drop(senders);
-        let flush = async { while link_tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.config.reconnect.connect_timeout, flush)
+        let drain = async { while events.recv().await.is_some() {} };
+        if tokio::time::timeout(opts.linger + Duration::from_secs(1), drain)
             .await
             .is_err()
         {
             link_tasks.abort_all();
         }
+        while link_tasks.join_next().await.is_some() {}
+        let _ = tokio::task::spawn_blocking(move || drop(ctx)).await;
         let mut stats = core.stats.clone();
         stats.dropped += dropped_sends;
         stats
@@ -342,4 +347,10 @@ impl Worker {
             None => Arc::new(|_| Box::pin(async { Outcome::Reject })),
         }
     }
+}
+
+/// The libzmq frame limit that lets every valid message in: the payload limit, or the
+/// headers limit if larger (path frames and the rest are smaller still).
+pub(crate) fn frame_limit(limits: &Limits) -> usize {
+    limits.max_payload.max(limits.max_headers_bytes)
 }
