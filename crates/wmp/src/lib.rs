@@ -8,7 +8,8 @@
 //! - [`worker`]: an async worker with a handler per role; [`command::run_command_worker`]
 //!   runs a program per job.
 //!
-//! Transport is the pure-Rust `zeromq` crate on tokio; [`transport`] contains its gaps.
+//! Transport is libzmq (the `zmq` crate, libzmq built from source) driven from tokio; why
+//! not the pure-Rust `zeromq` crate is in [`transport`] and `docs/wmp.md`.
 
 pub mod codec;
 #[cfg(feature = "transport")]
