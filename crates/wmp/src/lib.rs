@@ -21,6 +21,7 @@ pub mod headers;
 pub mod limits;
 #[cfg(feature = "transport")]
 pub mod link;
+pub mod manager;
 pub mod message;
 pub mod route;
 #[cfg(feature = "transport")]
