@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use crate::limits::Limits;
 use crate::link::{self, LinkEvent};
 use crate::route::{downward, upward, Upward};
-use crate::transport::{AsyncSocket, Frames, SocketOptions};
+use crate::transport::{AsyncSocket, Frames, Sent, SocketOptions};
 
 /// One upstream: its alias (the path frame workers' replies carry) and endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,11 +127,8 @@ pub async fn run_with(
     let ctx = zmq::Context::new();
     let mut opts = config.socket;
     opts.max_frame = crate::worker::frame_limit(&config.limits);
-    let router = AsyncSocket::new(&ctx, zmq::ROUTER, &opts).map_err(|e| e.to_string())?;
-    router
-        .socket()
-        .bind(listen)
-        .map_err(|e| format!("cannot bind {listen}: {e}"))?;
+    let router =
+        AsyncSocket::bind_router(&ctx, listen, &config.limits, &opts).map_err(|e| e.to_string())?;
 
     let (down_tx, down_rx) = mpsc::channel::<Frames>(config.queue);
     let (from_below_tx, mut from_below) = mpsc::channel::<Frames>(config.queue);
@@ -240,7 +237,7 @@ async fn router_loop(
             _ = router.changed() => {}
             next = down.recv() => {
                 let Some(frames) = next else { return };
-                if !matches!(router.try_send(&frames), Ok(true)) {
+                if router.send_now(&frames) != Sent::Queued {
                     stats.forwarded_down.fetch_sub(1, Ordering::Relaxed);
                     stats.dropped_unroutable.fetch_add(1, Ordering::Relaxed);
                 }

@@ -55,6 +55,19 @@ impl AsRawFd for Fd {
     }
 }
 
+/// What became of a message handed to [`AsyncSocket::send_now`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Queued in libzmq for the peer.
+    Queued,
+    /// The peer's queue is full (high-water mark): dropped; a manager drops WAKEs first.
+    Full,
+    /// A ROUTER has no peer with that routing id (`EHOSTUNREACH`): the path is gone, forget it.
+    Unreachable,
+    /// Another error; dropped.
+    Failed,
+}
+
 /// A libzmq socket usable from one tokio task.
 pub struct AsyncSocket {
     // Field order: the registration goes before the socket that owns the descriptor.
@@ -130,6 +143,47 @@ impl AsyncSocket {
             Err(zmq::Error::EAGAIN) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Waits for the next whole message.
+    pub async fn recv(&mut self) -> Result<Frames, zmq::Error> {
+        loop {
+            if let Some(frames) = self.try_recv()? {
+                return Ok(frames);
+            }
+            self.changed().await;
+        }
+    }
+
+    /// Sends without ever waiting, telling why a message was not queued. On a ROUTER the
+    /// first frame is the peer's routing id.
+    pub fn send_now(&mut self, frames: &Frames) -> Sent {
+        match self.try_send(frames) {
+            Ok(true) => Sent::Queued,
+            Ok(false) => Sent::Full,
+            Err(zmq::Error::EHOSTUNREACH) => Sent::Unreachable,
+            Err(_) => Sent::Failed,
+        }
+    }
+
+    /// Binds a ROUTER for a manager (or device) at `endpoint` with WMP's options and the
+    /// frame limit that fits `limits`.
+    pub fn bind_router(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        limits: &crate::Limits,
+        opts: &SocketOptions,
+    ) -> io::Result<AsyncSocket> {
+        let opts = SocketOptions {
+            max_frame: limits.max_payload.max(limits.max_headers_bytes),
+            ..*opts
+        };
+        let router = AsyncSocket::new(ctx, zmq::ROUTER, &opts)?;
+        router
+            .socket
+            .bind(endpoint)
+            .map_err(|e| io::Error::other(format!("cannot bind {endpoint}: {e}")))?;
+        Ok(router)
     }
 
     /// Waits until libzmq signals that its state may have changed. Call only after
