@@ -4,12 +4,17 @@
 //! - [`codec`]: frames ⇄ [`Message`] with every WMP/1 check and bound ([`Limits`]); pure,
 //!   shared by managers, devices and workers, fuzzed by `fuzz/fuzz_targets/wmp_decoder.rs`.
 //! - [`route`]: the device's alias-stack rule, pure.
+//! - [`manager`]: the engine-independent manager rules (remembered READYs, wake
+//!   throttling, effective roles of a GIVE), pure.
 //! - [`device`]: a stateless forwarder between workers and many managers.
 //! - [`worker`]: an async worker with a handler per role; [`command::run_command_worker`]
 //!   runs a program per job.
 //!
-//! Transport is libzmq (the `zmq` crate, libzmq built from source) driven from tokio; why
-//! not the pure-Rust `zeromq` crate is in [`transport`] and `docs/wmp.md`.
+//! Transport ([`transport`], [`link`]) is libzmq (the `zmq` crate, libzmq built from source)
+//! driven from tokio; why not the pure-Rust `zeromq` crate is in [`transport`] and
+//! `docs/wmp.md`.
+
+#![warn(missing_docs)]
 
 pub mod codec;
 #[cfg(feature = "transport")]
