@@ -228,3 +228,27 @@ def test_take_while_stopping_is_rejected(routers, procs, jobyard_bin):
         got[d.headers["job"]] = d.headers["status"]
     assert got == {"1": "ok", "2": "reject"}
     assert w.p.wait(10) == 0
+
+
+def test_result_over_the_limit_fails_the_job(routers, procs, jobyard_bin):
+    """The command worker keeps at most 64 MiB of stdout (MAX_RESULT); one byte more fails
+    the job instead of growing the worker's memory."""
+    m = routers()
+    limit = 64 << 20
+    worker(procs, jobyard_bin, [m.endpoint], ("up",), ("sh", "-c", 'head -c "$1" /dev/zero', "sh", str(limit + 1)))
+    path = m.recv().path
+    done = m.run_job(path, "up", 1, b"")
+    assert (done.headers["status"], done.headers["error"]) == ("fail", "too_large")
+
+
+def test_result_at_the_limit_is_delivered(routers, procs, jobyard_bin):
+    m = routers()
+    limit = 64 << 20
+    worker(procs, jobyard_bin, [m.endpoint], ("up",), ("sh", "-c", 'head -c "$1" /dev/zero', "sh", str(limit)))
+    path = m.recv().path
+    m.send(path, "WAKE", headers(queue="up"))
+    give = m.recv(skip=("READY",))
+    m.take(path, give.headers["lock"], 1, "up", b"")
+    done = m.recv(timeout=30, skip=("READY",))
+    assert done.headers["status"] == "ok"
+    assert len(done.payload) == limit
