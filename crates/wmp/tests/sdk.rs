@@ -153,6 +153,13 @@ async fn build_errors() {
             .build(),
         Err(worker::BuildError::BadRole(_))
     ));
+    assert!(matches!(
+        Worker::builder()
+            .connect("127.0.0.1:5570")
+            .handle("q", |j| async move { Outcome::Ok(j.body) })
+            .build(),
+        Err(worker::BuildError::BadEndpoint(_))
+    ));
 }
 
 #[tokio::test]

@@ -122,6 +122,8 @@ pub enum BuildError {
     NoManagers,
     /// No handler registered.
     NoHandlers,
+    /// An endpoint that is not `transport://address` (e.g. `tcp://host:5570`).
+    BadEndpoint(String),
     /// A role name that cannot be sent in a `roles` header (empty, or contains `,` or a
     /// character a header value may not hold).
     BadRole(String),
@@ -132,6 +134,10 @@ impl std::fmt::Display for BuildError {
         match self {
             BuildError::NoManagers => f.write_str("no manager endpoint given"),
             BuildError::NoHandlers => f.write_str("no handler registered"),
+            BuildError::BadEndpoint(e) => write!(
+                f,
+                "endpoint {e:?} is not transport://address (e.g. tcp://host:5570)"
+            ),
             BuildError::BadRole(r) => write!(
                 f,
                 "role {r:?} cannot be named in WMP (empty, ',' or a control character)"
@@ -200,6 +206,12 @@ impl WorkerBuilder {
         }
         if self.handlers.is_empty() && self.any.is_none() {
             return Err(BuildError::NoHandlers);
+        }
+        for endpoint in &self.config.connects {
+            if !matches!(endpoint.split_once("://"), Some((t, a)) if !t.is_empty() && !a.is_empty())
+            {
+                return Err(BuildError::BadEndpoint(endpoint.clone()));
+            }
         }
         for role in self.handlers.keys() {
             if role.is_empty() || role.contains(',') || !Headers::is_valid_value(role) {
