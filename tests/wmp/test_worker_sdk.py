@@ -101,7 +101,7 @@ def test_late_take_without_free_slot_is_rejected(routers, procs, jobyard_bin):
 
 def test_lock_blocks_capacity_until_timeout_then_ready_again(routers, procs, jobyard_bin):
     m = routers()
-    worker(procs, jobyard_bin, [m.endpoint], ("up",), ("cat",), "--lock-timeout-ms", "700")
+    worker(procs, jobyard_bin, [m.endpoint], ("up",), ("cat",), "--lock-timeout-ms", "1500")
     path = m.recv().path
     m.send(path, "WAKE", headers(queue="up"))
     give = m.recv(skip=("READY",))
@@ -215,12 +215,12 @@ def test_graceful_stop_finishes_running_job_first(routers, procs, jobyard_bin):
 
 def test_take_while_stopping_is_rejected(routers, procs, jobyard_bin):
     m = routers()
-    w = worker(procs, jobyard_bin, [m.endpoint], ("up",), ("sh", "-c", "sleep 1.5; cat"), "--concurrency", "2")
+    w = worker(procs, jobyard_bin, [m.endpoint], ("up",), ("sh", "-c", "sleep 3; cat"), "--concurrency", "2")
     path = m.recv().path
     m.take(path, "a", 1, "up", b"running")
     time.sleep(0.3)
     w.p.send_signal(15)
-    time.sleep(0.3)
+    time.sleep(0.7)
     m.take(path, "b", 2, "up", b"too late")
     got = {}
     for _ in range(2):
