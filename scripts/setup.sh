@@ -8,7 +8,8 @@
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
-#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest
+#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest,
+#           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests)
 set -euo pipefail
 
 SUDO=""
@@ -64,6 +65,7 @@ $PY -c 'import pystalk' 2>/dev/null || py_need+=(pystalk)
 $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
 $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 $PY -c 'import requests' 2>/dev/null || py_need+=(requests)
+$PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -78,7 +80,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest, requests' \
+$PY -c 'import greenstalk, pystalk, pytest, requests, zmq' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \

@@ -8,6 +8,7 @@ mod compat;
 mod gearmand_compat;
 mod run;
 mod settings;
+mod wmp_cli;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -60,6 +61,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run a 14/WMP worker that runs COMMAND per job (body on stdin, stdout is the result).
+    WmpWorker(wmp_cli::WorkerArgs),
+    /// Run a 14/WMP device between workers and several managers.
+    WmpDevice(wmp_cli::DeviceArgs),
 }
 
 fn main() {
@@ -92,6 +97,8 @@ fn main() {
             Cmd::Jobd { args } => std::process::exit(jobyard_jobd::run_jobd(args)),
             Cmd::JobdMaster { args } => std::process::exit(jobyard_jobd::run_master(args)),
             Cmd::Jobctl { args } => std::process::exit(jobyard_jobd::run_jobctl(args)),
+            Cmd::WmpWorker(args) => std::process::exit(wmp_cli::worker(args)),
+            Cmd::WmpDevice(args) => std::process::exit(wmp_cli::device(args)),
         }
     };
     std::process::exit(run::run(settings));

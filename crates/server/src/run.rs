@@ -34,7 +34,7 @@ pub fn run(settings: Settings) -> i32 {
     }
 }
 
-fn init_logging(verbosity: u8, format: LogFormat) {
+pub(crate) fn init_logging(verbosity: u8, format: LogFormat) {
     let default = match verbosity {
         0 => "info",
         1 => "debug",
