@@ -267,6 +267,7 @@ def test_complete_answers_the_waiter_with_the_result(http):
     id_ = http.put_job("q", body="in", priority=1)
     http.put_job("q", body="keeps the queue (and its counters) alive")
     join = in_thread(lambda: http.get(f"/v1/jobs/{id_}/result", params={"wait_ms": 30_000}))
+    wait_until(lambda: http.get(f"/v1/jobs/{id_}").json()["watchers"] == 1, "the watch")
     lease = http.lease("q")
     r = http.post(f"/v1/jobs/{id_}/complete", json={"worker": lease["worker"],
                                                     "token": lease["job"]["token"],
@@ -283,6 +284,7 @@ def test_complete_answers_the_waiter_with_the_result(http):
 def test_a_binary_result_travels_as_base64(http):
     id_ = http.put_job("q")
     join = in_thread(lambda: http.get(f"/v1/jobs/{id_}/result", params={"wait_ms": 30_000}))
+    wait_until(lambda: http.get(f"/v1/jobs/{id_}").json()["watchers"] == 1, "the watch")
     lease = http.lease("q")
     http.post(f"/v1/jobs/{id_}/complete", json={"worker": lease["worker"], "token": 1,
                                                 "result_base64": "AP8="})
@@ -293,6 +295,8 @@ def test_fail_answers_the_waiter_with_the_error(http):
     id_ = http.put_job("q", body="in", priority=1)
     http.put_job("q", body="keeps the queue (and its counters) alive")
     join = in_thread(lambda: http.get(f"/v1/jobs/{id_}/result", params={"wait_ms": 30_000}))
+    # The waiter must be watching before the job ends (ended jobs are not kept).
+    wait_until(lambda: http.get(f"/v1/jobs/{id_}").json()["watchers"] == 1, "the watch")
     lease = http.lease("q")
     r = http.post(f"/v1/jobs/{id_}/fail", json={"worker": lease["worker"], "token": 1,
                                                 "error": "boom"})

@@ -164,6 +164,11 @@ fn config_path(argv: &[String]) -> Option<PathBuf> {
 /// `cmd` with the `serve` subcommand's defaults taken from the config file, if one is
 /// named: each key must be the name of a flag (underscores for dashes).
 pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::Command, String> {
+    // Only `serve` reads this file; other subcommands (jobd's, ...) have configs of their own.
+    let subcommand = argv.iter().skip(1).find(|a| !a.starts_with('-'));
+    if subcommand.map(String::as_str) != Some("serve") {
+        return Ok(cmd);
+    }
     let Some(path) = config_path(argv) else {
         return Ok(cmd);
     };
@@ -344,6 +349,18 @@ mod tests {
         );
         let s = serve(&[&format!("--config={cfg}")]).unwrap();
         assert_eq!(s.max_job_size, 10, "the file beats the default");
+
+        // Another subcommand's --config is not this file.
+        #[derive(clap::Parser)]
+        struct Other {
+            #[arg(long)]
+            config: Option<String>,
+        }
+        let other: Vec<String> = ["jobyard", "jobd", "--config", "/etc/jobd.conf"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(with_file_defaults(<Other as clap::CommandFactory>::command(), &other).is_ok());
 
         std::fs::write(&path, "no_such_key = 1\n").unwrap();
         let err = serve(&["--config", cfg]).unwrap_err();
