@@ -426,6 +426,10 @@ impl jobyard_net::Session for Session {
         self.run(req, out)
     }
 
+    fn notices_while_idle(&self) -> bool {
+        false
+    }
+
     fn notice(&mut self, notice: NoticeKind, out: &mut BytesMut) -> Step {
         if !self.waiting {
             // Lease-expiry notices matter only to a blocked reserve.

@@ -108,9 +108,14 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<P, R, W> {
             if can_read {
                 self.rbuf.reserve(8 << 10);
             }
+            let listen = waiting || session.notices_while_idle();
+            if !listen {
+                // Notices that only a waiting session needs: drop what piled up.
+                while self.mailbox.try_recv().is_some() {}
+            }
             tokio::select! {
                 biased;
-                notice = self.mailbox.recv() => {
+                notice = self.mailbox.recv(), if listen => {
                     let Some(notice) = notice else {
                         return Err(io::Error::other("the broker closed the mailbox"));
                     };

@@ -38,6 +38,13 @@ pub trait Session: Send {
     /// Handles a notice from the engine (a blocked reserve served, a watched job ended...).
     /// While the session waits, [`Step::Wait`] means it still does.
     fn notice(&mut self, notice: NoticeKind, out: &mut BytesMut) -> Step;
+    /// Whether notices matter while no request waits. Gearman forwards results and wakes
+    /// sleeping workers at any time; a beanstalkd connection hears only the answer to its
+    /// blocked reserve, so the loop need not watch its mailbox between requests (and drops
+    /// what arrived meanwhile, such as lease expiries).
+    fn notices_while_idle(&self) -> bool {
+        true
+    }
     /// The peer closed its sending side while the session waited; write a last reply if
     /// the protocol has one.
     fn half_closed(&mut self, _out: &mut BytesMut) {}
