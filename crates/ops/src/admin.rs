@@ -109,7 +109,7 @@ async fn overview(State(broker): State<Arc<Broker>>) -> Json<Value> {
     let log = broker.log().map(|log| {
         let s = log.stats();
         json!({
-            "records": s.records.load(Relaxed),
+            "records": log.records_written(),
             "bytes": s.bytes.load(Relaxed),
             "writes": s.batches.load(Relaxed),
             "fsyncs": jobyard_storage::sync_stats().fsyncs.load(Relaxed),

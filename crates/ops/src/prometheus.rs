@@ -152,7 +152,7 @@ fn record_log(broker: &Broker) {
         return;
     };
     let s = log.stats();
-    counter!("jobyard_log_records_total").absolute(s.records.load(Relaxed));
+    counter!("jobyard_log_records_total").absolute(log.records_written());
     counter!("jobyard_log_bytes_total").absolute(s.bytes.load(Relaxed));
     counter!("jobyard_log_writes_total").absolute(s.batches.load(Relaxed));
     counter!("jobyard_log_fsyncs_total")

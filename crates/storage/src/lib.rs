@@ -24,7 +24,7 @@ pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use recovery::{recover, RecoveryError, RecoveryReport};
-pub use stats::{sync_stats, LogStats, SyncStats, FSYNC_BUCKETS_US};
+pub use stats::{sync_stats, LogStats, SyncStats};
 pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 
 pub use jobyard_engine::Change;

@@ -218,16 +218,11 @@ impl Log {
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
         let mut p = self.shared.pending.lock().expect("log lock");
         let was_empty = p.buf.is_empty();
-        let before = p.appended;
         for change in changes {
             encode_change(&change, &mut p.buf);
             p.appended += 1;
         }
         let lsn = p.appended;
-        self.shared
-            .stats
-            .records
-            .fetch_add(lsn - before, Ordering::Relaxed);
         // In `always` mode the writer thread does every write. Otherwise whoever waits for
         // the records writes them inline, and the writer thread only sweeps up, on its
         // timer, records that nobody waits for — waking it here would cost a context
@@ -291,7 +286,8 @@ impl Log {
         self.shared.records_written.load(Ordering::Relaxed)
     }
 
-    /// Figures for operators: records, bytes and write batches (syncs: [`sync_stats`]).
+    /// Figures for operators: bytes and write batches (records: [`Log::records_written`];
+    /// syncs: [`sync_stats`]).
     pub fn stats(&self) -> &LogStats {
         &self.shared.stats
     }
