@@ -75,42 +75,63 @@ pub fn render(broker: &Broker) -> String {
     handle.render()
 }
 
+/// One queue's figures, copied under the engine lock so that recording them (registry
+/// lookups, label strings) happens after it is released.
+struct QueueFigures {
+    name: String,
+    states: [(&'static str, f64); 4],
+    waiting: f64,
+    paused: bool,
+    head_age: f64,
+    totals: [(&'static str, u64); 5],
+}
+
 fn record_queues(broker: &Broker) {
     let now = Broker::now();
-    let txn = broker.lock();
-    counter!("jobyard_jobs_created_total").absolute(txn.total_jobs);
-    counter!("jobyard_leases_expired_total").absolute(txn.job_timeouts);
-    for q in txn.queues() {
-        let name = String::from_utf8_lossy(&q.name).into_owned();
-        let states = [
-            ("ready", q.ready_len() as f64),
-            ("reserved", q.reserved as f64),
-            ("delayed", q.delayed_len() as f64),
-            ("buried", q.buried_len() as f64),
-        ];
-        for (state, n) in states {
-            gauge!("jobyard_queue_jobs", "queue" => name.clone(), "state" => state).set(n);
+    let (created, expired, queues) = {
+        let txn = broker.lock();
+        let queues: Vec<QueueFigures> = txn
+            .queues()
+            .map(|q| QueueFigures {
+                name: String::from_utf8_lossy(&q.name).into_owned(),
+                states: [
+                    ("ready", q.ready_len() as f64),
+                    ("reserved", q.reserved as f64),
+                    ("delayed", q.delayed_len() as f64),
+                    ("buried", q.buried_len() as f64),
+                ],
+                waiting: q.waiting() as f64,
+                paused: q.is_paused(now),
+                head_age: q
+                    .head()
+                    .and_then(|(_, id)| txn.job(id))
+                    .map_or(0.0, |j| age_secs(j.created, now)),
+                totals: [
+                    ("jobyard_queue_jobs_created_total", q.total_jobs),
+                    ("jobyard_queue_jobs_completed_total", q.total_ok),
+                    ("jobyard_queue_jobs_failed_total", q.total_failed),
+                    ("jobyard_queue_jobs_deleted_total", q.cmd_delete),
+                    ("jobyard_queue_leases_expired_total", q.total_timeouts),
+                ],
+            })
+            .collect();
+        (txn.total_jobs, txn.job_timeouts, queues)
+    };
+    counter!("jobyard_jobs_created_total").absolute(created);
+    counter!("jobyard_leases_expired_total").absolute(expired);
+    for q in queues {
+        for (state, n) in q.states {
+            gauge!("jobyard_queue_jobs", "queue" => q.name.clone(), "state" => state).set(n);
         }
-        gauge!("jobyard_queue_waiting", "queue" => name.clone()).set(q.waiting() as f64);
-        gauge!("jobyard_queue_paused", "queue" => name.clone()).set(if q.is_paused(now) {
+        gauge!("jobyard_queue_waiting", "queue" => q.name.clone()).set(q.waiting);
+        gauge!("jobyard_queue_paused", "queue" => q.name.clone()).set(if q.paused {
             1.0
         } else {
             0.0
         });
-        let head_age = q
-            .head()
-            .and_then(|(_, id)| txn.job(id))
-            .map_or(0.0, |j| age_secs(j.created, now));
-        gauge!("jobyard_queue_next_ready_age_seconds", "queue" => name.clone()).set(head_age);
-        let totals = [
-            ("jobyard_queue_jobs_created_total", q.total_jobs),
-            ("jobyard_queue_jobs_completed_total", q.total_ok),
-            ("jobyard_queue_jobs_failed_total", q.total_failed),
-            ("jobyard_queue_jobs_deleted_total", q.cmd_delete),
-            ("jobyard_queue_leases_expired_total", q.total_timeouts),
-        ];
-        for (metric, n) in totals {
-            counter!(metric, "queue" => name.clone()).absolute(n);
+        gauge!("jobyard_queue_next_ready_age_seconds", "queue" => q.name.clone()).set(q.head_age);
+        for (metric, n) in q.totals {
+            counter!(metric, "queue" => q.name.clone()).absolute(n);
         }
     }
 }
