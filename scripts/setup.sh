@@ -8,7 +8,7 @@
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
-#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest,
+#   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
 #           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests)
 set -euo pipefail
 
@@ -66,6 +66,7 @@ $PY -c 'import pytest' 2>/dev/null || py_need+=(pytest)
 $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 $PY -c 'import requests' 2>/dev/null || py_need+=(requests)
 $PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
+$PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -80,7 +81,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest, requests, zmq' \
+$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, zmq' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \

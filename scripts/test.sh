@@ -12,6 +12,8 @@ bash scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --quiet
-cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
-python3 -m pytest -q tests
+# Each stage has a ceiling, so a hang is reported as a failure of that stage long before
+# CI's own limit; pytest also stops any single test after pytest.ini's timeout.
+timeout --foreground 1500 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
+timeout --foreground 1500 python3 -m pytest -q -rfE tests
 bash scripts/fuzz.sh "${JOBYARD_FUZZ_SECONDS:-10}"
