@@ -1,0 +1,187 @@
+//! An async Rust client for jobyard's HTTP API (docs/http-api.md).
+//!
+//! [`Client`] puts jobs on any queue (a queue is also a beanstalkd tube and a Gearman
+//! function, so a job put here can be done by a worker of any protocol), describes and
+//! deletes them, and waits for their outcome. [`Client::worker`] runs a handler over
+//! leased jobs with N leases at once, heartbeats while the handler works, completes or
+//! fails with the lease's fencing token, and stops gracefully: `stop` lets running
+//! handlers finish and report before it returns.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), jobyard_client::Error> {
+//! let client = jobyard_client::Client::new("http://127.0.0.1:8080")?;
+//! let id = client.put("emails", "hello").await?;
+//! let workers = client
+//!     .worker(&["emails"])
+//!     .concurrency(4)
+//!     .start(|job: jobyard_client::Job| async move { Ok(job.body) });
+//! let outcome = client.wait(id, std::time::Duration::from_secs(5)).await?;
+//! workers.stop().await;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod transport;
+mod types;
+mod worker;
+
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use serde_json::{json, Map, Value};
+
+pub use error::Error;
+pub use types::{Job, JobId, Outcome, PutOptions};
+pub use worker::{Failure, Summary, WorkerBuilder, Workers};
+
+use crate::transport::Transport;
+use crate::types::{number, put_bytes};
+
+/// The longest single wait the server accepts; longer waits are made of several.
+const MAX_WAIT_MS: u64 = 60_000;
+
+/// A handle on one jobyard server. Cheap to clone: clones share the connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    transport: Transport,
+}
+
+impl Client {
+    /// A client for the HTTP listener at `url` (e.g. `http://127.0.0.1:8080`). Nothing is
+    /// sent until the first call.
+    pub fn new(url: &str) -> Result<Client, Error> {
+        Ok(Client {
+            transport: Transport::new(url)?,
+        })
+    }
+
+    /// Puts a job with the server's defaults; returns its id once it is durable.
+    pub async fn put(&self, queue: &str, body: impl AsRef<[u8]>) -> Result<JobId, Error> {
+        self.put_with(queue, body, &PutOptions::default()).await
+    }
+
+    /// Puts a job with a priority, delay, ttr or attributes.
+    pub async fn put_with(
+        &self,
+        queue: &str,
+        body: impl AsRef<[u8]>,
+        options: &PutOptions,
+    ) -> Result<JobId, Error> {
+        let mut req = Map::new();
+        put_bytes(&mut req, "body", body.as_ref());
+        if let Some(p) = options.priority {
+            req.insert("priority".into(), json!(p));
+        }
+        if let Some(d) = options.delay {
+            req.insert("delay".into(), json!(d));
+        }
+        if let Some(t) = options.ttr {
+            req.insert("ttr".into(), json!(t));
+        }
+        if let Some(a) = &options.attributes {
+            req.insert("attributes".into(), a.clone());
+        }
+        let path = format!("/v1/queues/{}/jobs", encode_segment(queue));
+        let reply = self.post(&path, &Value::Object(req)).await?;
+        number(&reply, "id")
+    }
+
+    /// Describes a job (state, attempts, attributes, a body preview); `None` once it ended.
+    pub async fn job(&self, id: JobId) -> Result<Option<Value>, Error> {
+        match self.get(&format!("/v1/jobs/{id}")).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.code() == Some("not_found") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a job that is not leased; `false` if it no longer exists.
+    pub async fn delete(&self, id: JobId) -> Result<bool, Error> {
+        let path = format!("/v1/jobs/{id}");
+        match self.transport.call(Method::DELETE, &path, None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("not_found") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits up to `timeout` for a job to end, by whatever protocol ends it. Only a
+    /// waiter present at the end hears the outcome (the server keeps none), so start
+    /// waiting before the job can finish; [`Outcome::Pending`] if it did not end in time.
+    pub async fn wait(&self, id: JobId, timeout: Duration) -> Result<Outcome, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait_ms = (left.as_millis() as u64).min(MAX_WAIT_MS);
+            let reply = self
+                .get(&format!("/v1/jobs/{id}/result?wait_ms={wait_ms}"))
+                .await?;
+            let outcome = Outcome::from_reply(&reply)?;
+            if !matches!(outcome, Outcome::Pending(_)) || Instant::now() >= deadline {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// A queue's counts (`ready`, `reserved`, `delayed`, `buried`, totals, …).
+    pub async fn queue(&self, name: &str) -> Result<Value, Error> {
+        self.get(&format!("/v1/queues/{}", encode_segment(name)))
+            .await
+    }
+
+    /// The server's health: `{"status": "ok"|"draining", "version", "workers"}`.
+    pub async fn health(&self) -> Result<Value, Error> {
+        self.get("/v1/health").await
+    }
+
+    /// Starts building a pool of workers leasing from `queues`.
+    pub fn worker(&self, queues: &[&str]) -> WorkerBuilder {
+        WorkerBuilder::new(self.clone(), queues.iter().map(|q| q.to_string()).collect())
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Result<Value, Error> {
+        self.transport.call(Method::GET, path, None).await
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> Result<Value, Error> {
+        self.transport.call(Method::POST, path, Some(body)).await
+    }
+
+    pub(crate) async fn delete_path(&self, path: &str) -> Result<Value, Error> {
+        self.transport.call(Method::DELETE, path, None).await
+    }
+}
+
+/// Percent-encodes a queue name for a path segment (names may hold `/`, `%`, `?`).
+fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_are_encoded_for_a_path() {
+        assert_eq!(encode_segment("emails"), "emails");
+        assert_eq!(encode_segment("a/b c%"), "a%2Fb%20c%25");
+    }
+
+    #[test]
+    fn only_http_urls_are_accepted() {
+        assert!(Client::new("http://127.0.0.1:8080/").is_ok());
+        assert!(matches!(
+            Client::new("https://example.com"),
+            Err(Error::BadUrl(_))
+        ));
+        assert!(matches!(Client::new("not a url"), Err(Error::BadUrl(_))));
+    }
+}

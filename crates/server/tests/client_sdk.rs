@@ -1,0 +1,245 @@
+//! The Rust client SDK (crates/client) end to end against the real binary's HTTP listener:
+//! puts, outcomes, worker pools with several leases at once, heartbeats, retries, failures
+//! and a graceful stop.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{free_port, Server};
+use jobyard_client::{Client, Failure, Job, Outcome, PutOptions};
+
+/// Generous bound on waits: the tests run beside other builds.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A server with its HTTP listener on a free port; returns it and the client.
+fn start() -> (Server, Client, tempfile::TempDir) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8").to_string();
+    let http_port = Arc::new(Mutex::new(0u16));
+    let chosen = http_port.clone();
+    let server = Server::start(move |port| {
+        let http = free_port();
+        *chosen.lock().unwrap() = http;
+        vec![
+            "serve".into(),
+            "--data-dir".into(),
+            dir.clone(),
+            "--beanstalk-listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--http-listen".into(),
+            format!("127.0.0.1:{http}"),
+        ]
+    });
+    let port = *http_port.lock().unwrap();
+    let client = Client::new(&format!("http://127.0.0.1:{port}")).expect("client");
+    (server, client, data)
+}
+
+/// Starts waiting for `id`'s outcome and returns once the server counts the waiter:
+/// outcomes reach only those waiting when the job ends.
+async fn waiter(client: &Client, id: u64) -> tokio::task::JoinHandle<Outcome> {
+    let c = client.clone();
+    let handle = tokio::spawn(async move { c.wait(id, WAIT).await.expect("wait") });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let job = client.job(id).await.unwrap().expect("job exists");
+        if job["watchers"].as_u64() >= Some(1) {
+            return handle;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waiter never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_put_is_done_by_a_worker_and_its_result_reaches_the_waiter() {
+    let (_server, client, _data) = start();
+    let id = client.put("emails", "hello").await.unwrap();
+    let waiting = waiter(&client, id).await;
+    let workers = client
+        .worker(&["emails"])
+        .poll_wait(Duration::from_millis(200))
+        .start(|job: Job| async move {
+            let mut out = b"sent:".to_vec();
+            out.extend_from_slice(&job.body);
+            Ok::<_, Failure>(Bytes::from(out))
+        });
+    let outcome = waiting.await.unwrap();
+    workers.stop().await;
+    assert_eq!(outcome, Outcome::Ok(Bytes::from_static(b"sent:hello")));
+    assert_eq!(
+        client.job(id).await.unwrap(),
+        None,
+        "a completed job is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_bodies_attributes_and_options_travel_intact() {
+    let (_server, client, _data) = start();
+    let body = vec![0u8, 255, 128, 10];
+    let options = PutOptions {
+        priority: Some(7),
+        ttr: Some(30),
+        attributes: Some(serde_json::json!({"user": 42})),
+        ..PutOptions::default()
+    };
+    let id = client.put_with("bin", &body, &options).await.unwrap();
+    let described = client.job(id).await.unwrap().expect("job exists");
+    assert_eq!(described["priority"], 7);
+    assert_eq!(described["ttr"], 30);
+    let waiting = waiter(&client, id).await;
+    let seen = Arc::new(Mutex::new(None));
+    let record = seen.clone();
+    let workers = client
+        .worker(&["bin"])
+        .poll_wait(Duration::from_millis(200))
+        .start(move |job: Job| {
+            *record.lock().unwrap() = Some((job.body.clone(), job.attributes.clone(), job.token));
+            async move { Ok::<_, Failure>(Bytes::from_static(&[0xfe, 0x01])) }
+        });
+    let outcome = waiting.await.unwrap();
+    workers.stop().await;
+    assert_eq!(outcome, Outcome::Ok(Bytes::from_static(&[0xfe, 0x01])));
+    let (got_body, attrs, token) = seen.lock().unwrap().clone().expect("handler ran");
+    assert_eq!(&got_body[..], &body[..]);
+    assert_eq!(attrs, serde_json::json!({"user": 42}));
+    assert_eq!(token, 1, "first lease carries token 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_errors_fail_the_job_and_retries_run_it_again() {
+    let (_server, client, _data) = start();
+    let failing = client.put("flaky", "fail me").await.unwrap();
+    let retried = client.put("flaky", "retry me").await.unwrap();
+    let tries = Arc::new(AtomicU32::new(0));
+    let counter = tries.clone();
+    let fail_wait = waiter(&client, failing).await;
+    let retry_wait = waiter(&client, retried).await;
+    let workers = client
+        .worker(&["flaky"])
+        .poll_wait(Duration::from_millis(200))
+        .start(move |job: Job| {
+            let counter = counter.clone();
+            async move {
+                match &job.body[..] {
+                    b"fail me" => Err(Failure::Fail("no such mailbox".into())),
+                    _ if counter.fetch_add(1, Ordering::SeqCst) == 0 => {
+                        Err(Failure::Retry(Duration::ZERO))
+                    }
+                    _ => Ok(Bytes::from(format!("token {}", job.token))),
+                }
+            }
+        });
+    let retry_outcome = retry_wait.await.unwrap();
+    let fail_outcome = fail_wait.await.unwrap();
+    let (failed, retried_count) = (workers.failed(), workers.retried());
+    workers.stop().await;
+    assert_eq!(
+        fail_outcome,
+        Outcome::Failed(Some("no such mailbox".into()))
+    );
+    assert_eq!(retry_outcome, Outcome::Ok(Bytes::from_static(b"token 2")));
+    assert_eq!((failed, retried_count), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_holds_as_many_leases_as_its_concurrency() {
+    let (_server, client, _data) = start();
+    // Four handlers that each wait for all four to be running: this only completes if
+    // the pool really leases four jobs at once.
+    let barrier = Arc::new(tokio::sync::Barrier::new(4));
+    let mut waits = Vec::new();
+    for i in 0..4 {
+        let id = client.put("wide", format!("{i}")).await.unwrap();
+        waits.push(waiter(&client, id).await);
+    }
+    let b = barrier.clone();
+    let workers = client
+        .worker(&["wide"])
+        .concurrency(4)
+        .poll_wait(Duration::from_millis(200))
+        .start(move |job: Job| {
+            let b = b.clone();
+            async move {
+                b.wait().await;
+                Ok::<_, Failure>(job.body)
+            }
+        });
+    for w in waits {
+        let outcome = w.await.unwrap();
+        assert!(matches!(outcome, Outcome::Ok(_)), "{outcome:?}");
+    }
+    assert_eq!(workers.stop().await.completed, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_short_lease_alive_through_a_long_handler() {
+    let (_server, client, _data) = start();
+    let id = client.put("slow", "x").await.unwrap();
+    let waiting = waiter(&client, id).await;
+    let workers = client
+        .worker(&["slow"])
+        .lease(Duration::from_millis(300))
+        .poll_wait(Duration::from_millis(200))
+        .start(|job: Job| async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok::<_, Failure>(job.body)
+        });
+    let outcome = waiting.await.unwrap();
+    let lost = workers.stop().await.lost;
+    assert_eq!(outcome, Outcome::Ok(Bytes::from_static(b"x")));
+    assert_eq!(lost, 0, "the lease never ran out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_lets_a_running_handler_finish_and_report() {
+    let (_server, client, _data) = start();
+    let id = client.put("graceful", "work").await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = started.clone();
+    let workers = client
+        .worker(&["graceful"])
+        .poll_wait(Duration::from_millis(200))
+        .start(move |job: Job| {
+            let signal = signal.clone();
+            async move {
+                signal.notify_one();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok::<_, Failure>(job.body)
+            }
+        });
+    tokio::time::timeout(WAIT, started.notified())
+        .await
+        .expect("the handler started");
+    let summary = workers.stop().await;
+    // The job completed before stop returned: it is gone, not back in the queue.
+    assert_eq!(summary.completed, 1);
+    assert_eq!(client.job(id).await.unwrap(), None);
+    assert_eq!(client.queue("graceful").await.unwrap()["ready"], 0);
+    assert_eq!(
+        client.health().await.unwrap()["workers"],
+        0,
+        "sessions ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_carry_the_servers_code() {
+    let (_server, client, _data) = start();
+    let err = client.put("bad name", "x").await.unwrap_err();
+    assert_eq!(err.code(), Some("bad_queue_name"), "{err}");
+    assert!(!err.is_transient());
+    assert_eq!(client.job(999_999).await.unwrap(), None);
+    assert!(!client.delete(999_999).await.unwrap());
+    let unreachable = Client::new(&format!("http://127.0.0.1:{}", free_port())).unwrap();
+    let err = unreachable.health().await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+}
