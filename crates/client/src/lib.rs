@@ -19,8 +19,13 @@
 //! workers.stop().await;
 //! # Ok(()) }
 //! ```
+//!
+//! Flows (multi-stage jobs) have the same shape: [`Client::declare_flow`],
+//! [`Client::create_flow_job`], and [`Client::stage_worker`] whose handler gets a
+//! [`StageJob`] and returns the fields to merge into the job's state.
 
 mod error;
+mod flows;
 mod transport;
 mod types;
 mod worker;
@@ -31,8 +36,9 @@ use hyper::Method;
 use serde_json::{json, Map, Value};
 
 pub use error::Error;
+pub use flows::{FlowJobOptions, StageJob};
 pub use types::{Job, JobId, Outcome, PutOptions};
-pub use worker::{Failure, Summary, WorkerBuilder, Workers};
+pub use worker::{Failure, Leased, Summary, WorkerBuilder, Workers};
 
 use crate::transport::Transport;
 use crate::types::{number, put_bytes};
@@ -135,8 +141,10 @@ impl Client {
     }
 
     /// Starts building a pool of workers leasing from `queues`.
-    pub fn worker(&self, queues: &[&str]) -> WorkerBuilder {
-        WorkerBuilder::new(self.clone(), queues.iter().map(|q| q.to_string()).collect())
+    pub fn worker(&self, queues: &[&str]) -> WorkerBuilder<Job> {
+        let mut fields = Map::new();
+        fields.insert("queues".into(), json!(queues));
+        WorkerBuilder::new(self.clone(), "/v1/lease".into(), fields)
     }
 
     pub(crate) async fn get(&self, path: &str) -> Result<Value, Error> {
@@ -153,7 +161,7 @@ impl Client {
 }
 
 /// Percent-encodes a queue name for a path segment (names may hold `/`, `%`, `?`).
-fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

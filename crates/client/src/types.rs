@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::error::Error;
+use crate::worker::{now_ms, Failure, Leased};
 
 /// A job's id: shared by every protocol (the beanstalkd id, the Gearman handle's number).
 pub type JobId = u64;
@@ -87,9 +88,10 @@ pub(crate) fn number(obj: &Value, key: &str) -> Result<u64, Error> {
         .ok_or_else(|| Error::Protocol(format!("`{key}` missing in {obj}")))
 }
 
-impl Job {
-    /// Reads the `job` object of a lease reply.
-    pub(crate) fn from_lease(job: &Value) -> Result<Job, Error> {
+impl Leased for Job {
+    type Output = Bytes;
+
+    fn from_lease(job: &Value) -> Result<Job, Error> {
         Ok(Job {
             id: number(job, "id")?,
             queue: job["queue"].as_str().unwrap_or_default().to_string(),
@@ -99,6 +101,35 @@ impl Job {
             attributes: job["attributes"].clone(),
             lease_ms: number(job, "lease_ms")?,
         })
+    }
+
+    fn path(&self) -> String {
+        format!("/v1/jobs/{}", self.id)
+    }
+
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    fn lease_ms(&self) -> u64 {
+        self.lease_ms
+    }
+
+    fn put_output(output: Bytes, request: &mut Map<String, Value>) {
+        put_bytes(request, "result", &output);
+    }
+
+    fn failure(failure: Failure, request: &mut Map<String, Value>) -> &'static str {
+        let delay_secs = match failure {
+            Failure::Fail(error) => {
+                request.insert("error".into(), json!(error));
+                return "fail";
+            }
+            Failure::Retry(delay) => delay.as_secs(),
+            Failure::DelayUntil { ready_at_ms, .. } => ready_at_ms.saturating_sub(now_ms()) / 1000,
+        };
+        request.insert("delay".into(), json!(delay_secs));
+        "release"
     }
 }
 

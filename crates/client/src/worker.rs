@@ -5,19 +5,21 @@
 //! Stopping is graceful: slots waiting for a job give up the wait at once (the server
 //! makes a job handed out in that instant ready again), slots running a handler let it
 //! finish and report, then every session is ended.
+//!
+//! The same loop serves plain queue jobs ([`Job`]) and flow stage jobs
+//! ([`crate::StageJob`]); what differs (where to lease, how to read a job, how to report)
+//! is the [`Leased`] trait.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
-use crate::types::{put_bytes, Job};
 use crate::Client;
 
 /// How long one lease request waits on the server when no job is ready.
@@ -28,10 +30,19 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Why a handler did not complete its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// End the job as failed, with this error text for its waiters.
+    /// The job failed: a plain job ends as failed with this error; a flow job is retried
+    /// while its stage allows, then recorded as failed.
     Fail(String),
-    /// Give the job back, ready again after this delay (whole seconds, rounded down).
+    /// Run the job again after this delay (a plain job is released; a flow job delayed).
     Retry(Duration),
+    /// Put the job off until this time (milliseconds since the Unix epoch), with a reason
+    /// (Guild's `DelayError`; a plain job is released with the equivalent delay).
+    DelayUntil {
+        /// When the job is ready again.
+        ready_at_ms: u64,
+        /// Why, kept in a flow job's `delayReason`.
+        reason: String,
+    },
 }
 
 impl From<String> for Failure {
@@ -46,24 +57,57 @@ impl From<&str> for Failure {
     }
 }
 
+/// A leased job of some kind: how it is leased, read and reported.
+pub trait Leased: Sized + Send + 'static {
+    /// What a handler returns on success.
+    type Output: Send + 'static;
+    /// Reads the `job` object of a lease reply.
+    fn from_lease(job: &Value) -> Result<Self, Error>;
+    /// Path of this job's calls (`/v1/jobs/<id>` or `/v1/flow-jobs/<id>`).
+    fn path(&self) -> String;
+    /// The fencing token of this lease.
+    fn token(&self) -> u64;
+    /// The lease length, for the heartbeat interval.
+    fn lease_ms(&self) -> u64;
+    /// Fills a complete request from the handler's output.
+    fn put_output(output: Self::Output, request: &mut Map<String, Value>);
+    /// The verb and fields reporting a failure.
+    fn failure(failure: Failure, request: &mut Map<String, Value>) -> &'static str;
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Settings of a worker pool; [`WorkerBuilder::start`] runs it.
 #[derive(Debug, Clone)]
-pub struct WorkerBuilder {
+pub struct WorkerBuilder<J> {
     client: Client,
-    queues: Vec<String>,
+    lease_path: String,
+    lease_fields: Map<String, Value>,
     concurrency: usize,
     poll_wait: Duration,
     lease: Option<Duration>,
+    kind: std::marker::PhantomData<fn() -> J>,
 }
 
-impl WorkerBuilder {
-    pub(crate) fn new(client: Client, queues: Vec<String>) -> WorkerBuilder {
+impl<J: Leased> WorkerBuilder<J> {
+    pub(crate) fn new(
+        client: Client,
+        lease_path: String,
+        lease_fields: Map<String, Value>,
+    ) -> WorkerBuilder<J> {
         WorkerBuilder {
             client,
-            queues,
+            lease_path,
+            lease_fields,
             concurrency: 1,
             poll_wait: DEFAULT_POLL_WAIT,
             lease: None,
+            kind: std::marker::PhantomData,
         }
     }
 
@@ -79,7 +123,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Lease length; absent, each job's own ttr. Heartbeats renew it every half lease.
+    /// Lease length; absent, the job's ttr (the stage's `leaseMs` for flow jobs).
+    /// Heartbeats renew it every half lease.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease.max(Duration::from_millis(1)));
         self
@@ -89,13 +134,13 @@ impl WorkerBuilder {
     /// returns its result or a [`Failure`]; a handler that panics fails its job.
     pub fn start<H, F, E>(self, handler: H) -> Workers
     where
-        H: Fn(Job) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<Bytes, E>> + Send + 'static,
+        H: Fn(J) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<J::Output, E>> + Send + 'static,
         E: Into<Failure> + 'static,
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let counts = Arc::new(Counts::default());
-        let handler = Arc::new(move |job: Job| {
+        let handler = Arc::new(move |job: J| {
             let fut = handler(job);
             async move { fut.await.map_err(Into::into) }
         });
@@ -134,7 +179,7 @@ pub struct Summary {
     pub completed: u64,
     /// Jobs failed (handler errors and panics).
     pub failed: u64,
-    /// Jobs given back for a retry.
+    /// Jobs given back for a retry or put off.
     pub retried: u64,
     /// Results refused because the lease was gone.
     pub lost: u64,
@@ -148,6 +193,17 @@ struct Counts {
     lost: AtomicU64,
 }
 
+impl Counts {
+    fn summary(&self) -> Summary {
+        Summary {
+            completed: self.completed.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl Workers {
     /// Stops leasing, waits for running handlers to finish and report, ends the sessions;
     /// returns the final counts.
@@ -156,48 +212,27 @@ impl Workers {
         for t in self.tasks {
             let _ = t.await;
         }
-        Summary {
-            completed: self.counts.completed.load(Ordering::Relaxed),
-            failed: self.counts.failed.load(Ordering::Relaxed),
-            retried: self.counts.retried.load(Ordering::Relaxed),
-            lost: self.counts.lost.load(Ordering::Relaxed),
-        }
+        self.counts.summary()
     }
 
-    /// Jobs completed so far.
-    pub fn completed(&self) -> u64 {
-        self.counts.completed.load(Ordering::Relaxed)
-    }
-
-    /// Jobs failed so far (handler errors and panics).
-    pub fn failed(&self) -> u64 {
-        self.counts.failed.load(Ordering::Relaxed)
-    }
-
-    /// Jobs given back for a retry so far.
-    pub fn retried(&self) -> u64 {
-        self.counts.retried.load(Ordering::Relaxed)
-    }
-
-    /// Results the server refused because the lease was gone (it ran out, or the job was
-    /// deleted): the job was, or will be, handed to someone else.
-    pub fn lost(&self) -> u64 {
-        self.counts.lost.load(Ordering::Relaxed)
+    /// The counts so far.
+    pub fn summary(&self) -> Summary {
+        self.counts.summary()
     }
 }
 
 /// One lease at a time, on its own session.
-struct Slot {
-    settings: Arc<WorkerBuilder>,
+struct Slot<J> {
+    settings: Arc<WorkerBuilder<J>>,
     counts: Arc<Counts>,
     stop: watch::Receiver<bool>,
 }
 
-impl Slot {
+impl<J: Leased> Slot<J> {
     async fn run<H, F>(mut self, handler: Arc<H>)
     where
-        H: Fn(Job) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<Bytes, Failure>> + Send + 'static,
+        H: Fn(J) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<J::Output, Failure>> + Send + 'static,
     {
         let mut session: Option<String> = None;
         while !*self.stop.borrow() {
@@ -254,40 +289,41 @@ impl Slot {
         }
     }
 
-    async fn lease(&self, worker: &str) -> Result<Option<Job>, Error> {
-        let mut req = json!({
-            "worker": worker,
-            "queues": self.settings.queues,
-            "wait_ms": self.settings.poll_wait.as_millis() as u64,
-        });
+    async fn lease(&self, worker: &str) -> Result<Option<J>, Error> {
+        let mut req = self.settings.lease_fields.clone();
+        req.insert("worker".into(), json!(worker));
+        let wait = self.settings.poll_wait.as_millis() as u64;
+        req.insert("wait_ms".into(), json!(wait));
         if let Some(l) = self.settings.lease {
-            req["lease_ms"] = json!(l.as_millis() as u64);
+            req.insert("lease_ms".into(), json!(l.as_millis() as u64));
         }
-        let reply = self.client().post("/v1/lease", &req).await?;
+        let reply = self
+            .client()
+            .post(&self.settings.lease_path, &Value::Object(req))
+            .await?;
         match &reply["job"] {
             Value::Null => Ok(None),
-            job => Job::from_lease(job).map(Some),
+            job => J::from_lease(job).map(Some),
         }
     }
 
     /// Runs the handler (in its own task, so a panic is caught) while heartbeating, then
     /// reports. A stop request does not interrupt a running handler.
-    async fn work<H, F>(&self, worker: &str, job: Job, handler: &H)
+    async fn work<H, F>(&self, worker: &str, job: J, handler: &H)
     where
-        H: Fn(Job) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<Bytes, Failure>> + Send + 'static,
+        H: Fn(J) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<J::Output, Failure>> + Send + 'static,
     {
-        let (id, token) = (job.id, job.token);
-        let beat = Duration::from_millis((job.lease_ms / 2).max(1));
+        let (path, token) = (job.path(), job.token());
+        let beat = Duration::from_millis((job.lease_ms() / 2).max(1));
         let mut running = tokio::spawn(handler(job));
         let outcome = loop {
             tokio::select! {
                 done = &mut running => break done,
                 _ = tokio::time::sleep(beat) => {
                     let req = json!({"worker": worker, "token": token});
-                    let path = format!("/v1/jobs/{id}/heartbeat");
-                    if let Err(e) = self.client().post(&path, &req).await {
-                        tracing::warn!(job = id, error = %e, "heartbeat refused");
+                    if let Err(e) = self.client().post(&format!("{path}/heartbeat"), &req).await {
+                        tracing::warn!(job = %path, error = %e, "heartbeat refused");
                     }
                 }
             }
@@ -297,29 +333,28 @@ impl Slot {
         req.insert("worker".into(), json!(worker));
         req.insert("token".into(), json!(token));
         let (verb, counter) = match outcome {
-            Ok(result) => {
-                put_bytes(&mut req, "result", &result);
+            Ok(output) => {
+                J::put_output(output, &mut req);
                 ("complete", &self.counts.completed)
             }
-            Err(Failure::Fail(error)) => {
-                req.insert("error".into(), json!(error));
-                ("fail", &self.counts.failed)
-            }
-            Err(Failure::Retry(delay)) => {
-                req.insert("delay".into(), json!(delay.as_secs()));
-                ("release", &self.counts.retried)
+            Err(failure) => {
+                let counter = match failure {
+                    Failure::Fail(_) => &self.counts.failed,
+                    _ => &self.counts.retried,
+                };
+                (J::failure(failure, &mut req), counter)
             }
         };
-        let path = format!("/v1/jobs/{id}/{verb}");
-        match self.client().post(&path, &Value::Object(req)).await {
+        let url = format!("{path}/{verb}");
+        match self.client().post(&url, &Value::Object(req)).await {
             Ok(_) => {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) if matches!(e.code(), Some("stale_token" | "not_leased" | "not_found")) => {
                 self.counts.lost.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(job = id, error = %e, "result refused: the lease was gone");
+                tracing::warn!(job = %path, error = %e, "result refused: the lease was gone");
             }
-            Err(e) => tracing::warn!(job = id, error = %e, "could not report the result"),
+            Err(e) => tracing::warn!(job = %path, error = %e, "could not report the result"),
         }
     }
 }

@@ -140,8 +140,8 @@ async fn handler_errors_fail_the_job_and_retries_run_it_again() {
         });
     let retry_outcome = retry_wait.await.unwrap();
     let fail_outcome = fail_wait.await.unwrap();
-    let (failed, retried_count) = (workers.failed(), workers.retried());
-    workers.stop().await;
+    let summary = workers.stop().await;
+    let (failed, retried_count) = (summary.failed, summary.retried);
     assert_eq!(
         fail_outcome,
         Outcome::Failed(Some("no such mailbox".into()))
