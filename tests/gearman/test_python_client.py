@@ -58,9 +58,11 @@ def test_background_job_and_status(jobyard):
 
 def test_coalescing_by_unique(jobyard):
     client = gearman.GearmanClient([jobyard.addr])
-    a = client.submit_job("co", "1", unique="same", background=True, wait_until_complete=False)
-    b = client.submit_job("co", "2", unique="same", background=True, wait_until_complete=False)
-    assert a.job.handle == b.job.handle
+    a = client.submit_job("co", "1", unique="same", background=True, wait_until_complete=False,
+                          poll_timeout=60)
+    b = client.submit_job("co", "2", unique="same", background=True, wait_until_complete=False,
+                          poll_timeout=60)
+    assert a.job.handle and a.job.handle == b.job.handle
     assert jobyard.status()["co"] == (1, 0, 0)
 
 
@@ -68,7 +70,9 @@ def test_worker_killed_mid_job_is_replaced(jobyard, tmp_path):
     marker = tmp_path / "marker"
     victim = python_worker(jobyard, str(marker))
     client = gearman.GearmanClient([jobyard.addr])
-    req = client.submit_job("hang", "important", background=True, wait_until_complete=False)
+    req = client.submit_job("hang", "important", background=True, wait_until_complete=False,
+                            poll_timeout=60)
+    assert req.job.handle, "no JOB_CREATED"
     jobyard.wait_for(marker.exists, "the first worker to take the job")
     assert jobyard.status()["hang"][:2] == (1, 1)
     os.kill(victim.pid, signal.SIGKILL)
@@ -85,7 +89,9 @@ def test_worker_killed_mid_job_is_replaced(jobyard, tmp_path):
 def test_background_jobs_survive_a_restart(jobyard, tmp_path):
     client = gearman.GearmanClient([jobyard.addr])
     for i in range(5):
-        client.submit_job("durable", f"job{i}", background=True, wait_until_complete=False)
+        req = client.submit_job("durable", f"job{i}", background=True,
+                                wait_until_complete=False, poll_timeout=60)
+        assert req.job.handle, "no JOB_CREATED"
     jobyard.restart()  # SIGKILL, then start on the same data directory
     assert jobyard.status()["durable"] == (5, 0, 0)
     done = tmp_path / "done"
