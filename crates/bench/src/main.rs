@@ -8,6 +8,7 @@
 mod beanstalk;
 mod conn;
 mod floor;
+mod flows;
 mod gearman;
 mod hist;
 mod procfs;
@@ -44,6 +45,8 @@ enum Cmd {
     },
     /// Wait until a (re)starting server has COUNT jobs ready; print the time since --since-ns.
     WaitReady(WaitArgs),
+    /// Flow workloads through the Rust client (the server's HTTP listener).
+    Flows(flows::FlowArgs),
     /// Run the floor: a one-thread epoll responder with just enough of the beanstalkd
     /// protocol for the workloads and no other work, to measure servers against.
     Floor {
@@ -228,6 +231,7 @@ fn main() {
             })
         }
         Cmd::WaitReady(w) => wait_ready(w),
+        Cmd::Flows(args) => runtime(2).block_on(flows::run(args)),
         Cmd::Floor { listen } => {
             let addr = conn::loopback(&listen).unwrap_or_else(|e| fail(&e));
             let listener =

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The flow benchmark (issue 12): a 3-stage linear flow and a 3-stage flow with a fan-out of
+# 3 children, 4 workers per stage, trivial handlers, through the Node client and the Rust
+# client, against a release `jobyard serve` (fsync always) on a free loopback port.
+#
+#   bash bench/flows/run.sh [--seconds S] [--rate R] [--no-build]
+#
+# Prints one JSON line per measurement and writes bench/results/flows-latest.jsonl.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SECONDS_PER_RUN=5
+RATE=10
+BUILD=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) SECONDS_PER_RUN=$2; shift ;;
+    --rate) RATE=$2; shift ;;
+    --no-build) BUILD=0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$BUILD" = 1 ]; then
+  (cd "$ROOT" && cargo build --release --quiet -p jobyard -p jobyard-bench)
+fi
+BIN="$ROOT/target/release/jobyard"
+DIR=$(mktemp -d)
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+env -u JOBYARD_CONFIG "$BIN" serve --data-dir "$DIR/data" --fsync always --beanstalk-listen off \
+  --gearman-listen off --http-listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null && break
+  sleep 0.1
+done
+OUT="$ROOT/bench/results/flows-latest.jsonl"
+: >"$OUT"
+node "$ROOT/bench/flows/bench.mjs" --url "http://127.0.0.1:$PORT" --pid "$PID" \
+  --seconds "$SECONDS_PER_RUN" --rate "$RATE" | tee -a "$OUT"
+if [ -x "$ROOT/target/release/jobyard-bench" ] && "$ROOT/target/release/jobyard-bench" flows --help >/dev/null 2>&1; then
+  "$ROOT/target/release/jobyard-bench" flows --url "http://127.0.0.1:$PORT" --pid "$PID" \
+    --seconds "$SECONDS_PER_RUN" --rate "$RATE" | tee -a "$OUT"
+fi
