@@ -1,0 +1,398 @@
+//! A worker's side of a flow job: lease, heartbeat, complete, fail, delay; and what the
+//! server does when a lease runs out. Each is one engine operation and one log record.
+
+use serde_json::{Map, Value};
+
+use crate::flows::{FlowError, FlowStatus, Touched};
+use crate::notice::{Notice, NoticeKind};
+use crate::{ConnId, Engine, JobId, Millis};
+
+/// Fields a worker always gets (Guild adds them to every queue's `attributesToGet`).
+const DEFAULT_ATTRIBUTES: [&str; 3] = ["flowName", "priority", "correlationId"];
+
+/// A flow job handed to a worker: what its function receives, and its lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowLease {
+    pub id: String,
+    pub stage: String,
+    /// The fencing token every later call about this lease names.
+    pub token: u32,
+    /// When the lease ends unless a heartbeat extends it.
+    pub deadline: Millis,
+    /// `{ id, ...attributesToGet, retries }`, as Guild's worker functions receive it.
+    pub job: Map<String, Value>,
+}
+
+/// Where a transition left a flow job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowOutcome {
+    pub id: String,
+    /// The job's stage now (its last one once ended).
+    pub stage: String,
+    /// `waiting`, `delayed`, `waiting_children`, `done` or `failed`.
+    pub status: &'static str,
+}
+
+/// Limit on stage moves within one transition: a route loop through stages that fan out
+/// into no children would otherwise never end.
+const MAX_HOPS: u32 = 64;
+
+impl Engine {
+    /// Turns a lease the engine made on a stage queue (`reserve`) into a flow lease: takes
+    /// the next fencing token (logged before the worker hears of it), sets the lease to
+    /// `lease_ms` (the stage's `leaseMs` when `None`) and projects the job for the worker.
+    /// `None` if `engine_id` is not a flow job this session holds.
+    pub fn flow_hand_out(
+        &mut self,
+        conn: ConnId,
+        engine_id: JobId,
+        lease_ms: Option<Millis>,
+        now: Millis,
+    ) -> Option<FlowLease> {
+        self.saw(now);
+        if !self.holds(conn, engine_id) {
+            return None;
+        }
+        let id = self.flows.by_engine.get(&engine_id)?.clone();
+        let stage = self.stage_of(&self.flows.jobs[&id]).cloned();
+        let ms = lease_ms.unwrap_or_else(|| stage.as_ref().map_or(180_000, |s| s.lease_ms));
+        self.touch_for(conn, engine_id, ms, now);
+        let job = self.flows.jobs.get_mut(&id).expect("indexed job exists");
+        job.token += 1;
+        let mut out = Map::new();
+        out.insert("id".into(), id.clone().into());
+        let mut keys: Vec<&str> = DEFAULT_ATTRIBUTES.to_vec();
+        if let Some(stage) = &stage {
+            keys.extend(stage.attributes_to_get.iter().map(String::as_str));
+            if stage.delayable {
+                keys.push("delay");
+            }
+            if let Some(group) = stage.limiter.as_ref().and_then(|l| l.group_job_key.as_deref()) {
+                keys.push(group);
+            }
+        }
+        for key in keys {
+            let value = job.fields.get(key).cloned().unwrap_or(Value::Null);
+            out.insert(key.to_string(), value);
+        }
+        out.insert("retries".into(), job.retries().into());
+        let lease = FlowLease {
+            id: id.clone(),
+            stage: job.stage.clone(),
+            token: job.token,
+            deadline: self.jobs[&engine_id].due,
+            job: out,
+        };
+        let mut touched = Touched::default();
+        touched.put(&id);
+        self.log_flow_jobs(touched);
+        Some(lease)
+    }
+
+    /// Checks that `conn` holds flow job `id` under `token`; returns its engine job.
+    pub fn flow_holder(&self, conn: ConnId, id: &str, token: u32) -> Result<JobId, FlowError> {
+        let job = self
+            .flows
+            .jobs
+            .get(id)
+            .ok_or_else(|| FlowError::NotFound(id.to_string()))?;
+        if token != job.token {
+            return Err(FlowError::StaleToken {
+                id: id.to_string(),
+                current: job.token,
+            });
+        }
+        if !self.holds(conn, job.engine_id) {
+            return Err(FlowError::NotLeased(id.to_string()));
+        }
+        Ok(job.engine_id)
+    }
+
+    /// Extends a lease to `lease_ms` from now (the stage's `leaseMs` when `None`); returns
+    /// the new deadline.
+    pub fn flow_heartbeat(
+        &mut self,
+        conn: ConnId,
+        id: &str,
+        token: u32,
+        lease_ms: Option<Millis>,
+        now: Millis,
+    ) -> Result<Millis, FlowError> {
+        let engine_id = self.flow_holder(conn, id, token)?;
+        let ms = lease_ms.unwrap_or_else(|| {
+            self.stage_of(&self.flows.jobs[id])
+                .map_or(180_000, |s| s.lease_ms)
+        });
+        self.touch_for(conn, engine_id, ms, now);
+        Ok(self.jobs[&engine_id].due)
+    }
+
+    /// Completes the job's stage: merges `result` into its state, then routes it to the
+    /// result's `nextQueue` or the stage's `next` (fanning out if that stage has
+    /// children), or finishes the flow (`done` set by the server). A `nextQueue` the flow
+    /// does not have records the job as failed with that reason.
+    pub fn flow_complete(
+        &mut self,
+        conn: ConnId,
+        id: &str,
+        token: u32,
+        mut result: Map<String, Value>,
+        now: Millis,
+    ) -> Result<FlowOutcome, FlowError> {
+        self.saw(now);
+        let engine_id = self.flow_holder(conn, id, token)?;
+        let next_queue = match result.remove("nextQueue") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => return Err(FlowError::Invalid("`nextQueue` must be text".into())),
+        };
+        self.flow_dequeue(engine_id);
+        let mut touched = Touched::default();
+        touched.put(id);
+        let job = self.flows.jobs.get_mut(id).expect("held job exists");
+        let stage_name = job.stage.clone();
+        job.fields.extend(result);
+        job.fields
+            .insert("completed-queue".into(), stage_name.clone().into());
+        let def = self.flows.defs.get(&job.flow);
+        let stage = def.and_then(|d| d.stage(&stage_name));
+        let is_child = stage_name.contains(':');
+        match (next_queue, stage) {
+            (Some(next), _) if is_child || def.and_then(|d| d.stage(&next)).is_none() => {
+                let msg = format!(
+                    "nextQueue {next:?} is not a stage of flow {:?}",
+                    job.flow
+                );
+                self.flow_finish(id, FlowStatus::Failed, Some(msg), now, 0, &mut touched);
+            }
+            (Some(next), stage) => {
+                let diff = stage.map_or(0, |s| s.priority_diff);
+                self.flow_advance(id, &next, diff, now, 0, &mut touched);
+            }
+            (None, Some(stage)) if stage.next.is_some() => {
+                let (next, diff) = (stage.next.clone().expect("checked"), stage.priority_diff);
+                self.flow_advance(id, &next, diff, now, 0, &mut touched);
+            }
+            (None, _) => self.flow_finish(id, FlowStatus::Done, None, now, 0, &mut touched),
+        }
+        self.log_flow_jobs(touched);
+        self.serve_waiters(now);
+        Ok(self.flow_outcome(id))
+    }
+
+    /// A worker's failure: retried (`retries:<stage>` + 1, after the stage's backoff) while
+    /// the stage allows, otherwise recorded as failed with `error`.
+    pub fn flow_fail(
+        &mut self,
+        conn: ConnId,
+        id: &str,
+        token: u32,
+        error: &str,
+        now: Millis,
+    ) -> Result<FlowOutcome, FlowError> {
+        self.saw(now);
+        let engine_id = self.flow_holder(conn, id, token)?;
+        self.flow_dequeue(engine_id);
+        let mut touched = Touched::default();
+        self.flow_retry_or_fail(id, error.to_string(), now, &mut touched);
+        self.log_flow_jobs(touched);
+        self.serve_waiters(now);
+        Ok(self.flow_outcome(id))
+    }
+
+    /// Guild's `DelayError`: the job waits in its stage until `ready_at`, with
+    /// `delay`, `delayReadyTimestamp` and `delayReason` recorded; the server's own timer
+    /// makes it ready. Refused on a stage that is not delayable.
+    pub fn flow_delay(
+        &mut self,
+        conn: ConnId,
+        id: &str,
+        token: u32,
+        ready_at: Millis,
+        reason: &str,
+        now: Millis,
+    ) -> Result<FlowOutcome, FlowError> {
+        self.saw(now);
+        let engine_id = self.flow_holder(conn, id, token)?;
+        let job = &self.flows.jobs[id];
+        if !self.stage_of(job).is_some_and(|s| s.delayable) {
+            return Err(FlowError::Invalid(format!(
+                "stage {:?} is not delayable",
+                job.stage
+            )));
+        }
+        self.flow_dequeue(engine_id);
+        let job = self.flows.jobs.get_mut(id).expect("held job exists");
+        job.fields.insert("delay".into(), true.into());
+        job.fields
+            .insert("delayReadyTimestamp".into(), ready_at.into());
+        job.fields.insert("delayReason".into(), reason.into());
+        job.status = FlowStatus::Delayed;
+        job.ready_at = ready_at;
+        self.flow_enqueue(id, now);
+        let mut touched = Touched::default();
+        touched.put(id);
+        self.log_flow_jobs(touched);
+        self.serve_waiters(now);
+        Ok(self.flow_outcome(id))
+    }
+
+    /// A flow job's lease ran out: the same transition as a failure with
+    /// `"<stage> lock time exceeded"` (one retry or the final failure), and the late
+    /// worker's token is stale from now on.
+    pub(crate) fn flow_lease_expired(&mut self, engine_id: JobId, owner: ConnId, now: Millis) {
+        let Some(id) = self.flows.by_engine.get(&engine_id).cloned() else {
+            return;
+        };
+        let q = self.jobs[&engine_id].queue;
+        self.job_timeouts += 1;
+        self.queue_mut(q).total_timeouts += 1;
+        self.notices.push(Notice {
+            conn: owner,
+            kind: NoticeKind::LeaseExpired(engine_id),
+        });
+        self.flow_dequeue(engine_id);
+        let job = self.flows.jobs.get_mut(&id).expect("indexed job exists");
+        // A late worker's complete names the old token: refuse it even before a new lease.
+        job.token += 1;
+        let msg = format!("{} lock time exceeded", job.stage);
+        let mut touched = Touched::default();
+        self.flow_retry_or_fail(&id, msg, now, &mut touched);
+        self.log_flow_jobs(touched);
+    }
+
+    /// Requeues a job that is out of its queue for another try of its stage, or records
+    /// its failure when its retries are used up.
+    fn flow_retry_or_fail(&mut self, id: &str, error: String, now: Millis, touched: &mut Touched) {
+        touched.put(id);
+        let job = &self.flows.jobs[id];
+        let (max, backoff) = self
+            .stage_of(job)
+            .map_or((0, 0), |s| (s.max_retries, s.backoff_ms));
+        let retries = job.retries();
+        if retries >= max as u64 {
+            self.flow_finish(id, FlowStatus::Failed, Some(error), now, 0, touched);
+            return;
+        }
+        let wait = if backoff == 0 {
+            0
+        } else {
+            let factor = 1u64 << retries.min(20);
+            backoff
+                .saturating_mul(factor)
+                .min(crate::flows::definition::MAX_BACKOFF_MS)
+        };
+        let job = self.flows.jobs.get_mut(id).expect("job exists");
+        job.fields
+            .insert(format!("retries:{}", job.stage), (retries + 1).into());
+        job.status = if wait > 0 {
+            FlowStatus::Delayed
+        } else {
+            FlowStatus::Waiting
+        };
+        job.ready_at = if wait > 0 { now + wait } else { 0 };
+        self.flow_enqueue(id, now);
+    }
+
+    /// Moves a job that is out of its queue to stage `next`, its priority shifted by `diff`
+    /// and kept within the stage's priorities.
+    pub(crate) fn flow_advance(
+        &mut self,
+        id: &str,
+        next: &str,
+        diff: i32,
+        now: Millis,
+        hops: u32,
+        touched: &mut Touched,
+    ) {
+        touched.put(id);
+        let job = &self.flows.jobs[id];
+        let max = self
+            .flows
+            .defs
+            .get(&job.flow)
+            .and_then(|d| d.stage(next))
+            .map_or(1, |s| s.priorities);
+        let priority = (job.priority as i64 + diff as i64).clamp(1, max as i64) as u32;
+        let job = self.flows.jobs.get_mut(id).expect("job exists");
+        job.priority = priority;
+        job.fields.insert("priority".into(), priority.into());
+        job.stage = next.to_string();
+        job.status = FlowStatus::Waiting;
+        job.ready_at = 0;
+        self.enter_stage(id, now, hops + 1, touched);
+    }
+
+    /// Puts a job into its (new) stage: fans out if the stage has children, else queues it.
+    pub(crate) fn enter_stage(&mut self, id: &str, now: Millis, hops: u32, touched: &mut Touched) {
+        if hops > MAX_HOPS {
+            let msg = format!("routing loop: more than {MAX_HOPS} stages in one step");
+            self.flow_finish(id, FlowStatus::Failed, Some(msg), now, hops, touched);
+            return;
+        }
+        let fans_out = self
+            .stage_of(&self.flows.jobs[id])
+            .is_some_and(|s| !s.children.is_empty());
+        if fans_out {
+            self.fan_out(id, now, hops, touched);
+        } else {
+            self.flow_enqueue(id, now);
+        }
+    }
+
+    /// Ends a job that is out of its queue: `done` (and for a failure `failed`,
+    /// `failedQueue`, `failedErrorMsg`) recorded in its state, its retention started, and
+    /// its parent told in the same transition.
+    pub(crate) fn flow_finish(
+        &mut self,
+        id: &str,
+        status: FlowStatus,
+        error: Option<String>,
+        now: Millis,
+        hops: u32,
+        touched: &mut Touched,
+    ) {
+        touched.put(id);
+        let job = self.flows.jobs.get_mut(id).expect("job exists");
+        job.fields.insert("done".into(), true.into());
+        if status == FlowStatus::Failed {
+            job.fields.insert("failed".into(), true.into());
+            job.fields
+                .insert("failedQueue".into(), job.stage.clone().into());
+            job.fields.insert(
+                "failedErrorMsg".into(),
+                error.unwrap_or_default().into(),
+            );
+        }
+        job.status = status;
+        job.ready_at = 0;
+        job.ended = Some(now);
+        let engine_id = job.engine_id;
+        match job.parent.clone() {
+            Some(parent) => {
+                self.flow_dequeue(engine_id);
+                self.fan_in(&parent, id, now, hops, touched);
+            }
+            None => {
+                let at = self.flows.jobs[id].purge_at().expect("ended");
+                self.flows.retention.insert((at, id.to_string()));
+                self.flow_dequeue(engine_id);
+            }
+        }
+    }
+
+    fn flow_outcome(&self, id: &str) -> FlowOutcome {
+        match self.flows.jobs.get(id) {
+            Some(job) => FlowOutcome {
+                id: id.to_string(),
+                stage: job.stage.clone(),
+                status: self.flow_state(job),
+            },
+            None => FlowOutcome {
+                id: id.to_string(),
+                stage: String::new(),
+                status: "deleted",
+            },
+        }
+    }
+}
