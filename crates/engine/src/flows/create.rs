@@ -155,7 +155,10 @@ impl Engine {
         let (position, ready_at) = match self.jobs.get(&job.engine_id) {
             Some(e) if e.state == JobState::Ready => {
                 let queue = self.queue(e.queue);
-                (Some(queue.ready.range(..(e.pri, e.id)).count() as u64 + 1), None)
+                (
+                    Some(queue.ready.range(..(e.pri, e.id)).count() as u64 + 1),
+                    None,
+                )
             }
             Some(e) if e.state == JobState::Delayed => {
                 let queue = self.queue(e.queue);
@@ -209,10 +212,7 @@ impl Engine {
     /// The engine queue of a declared stage, if any flow declares it (children as
     /// `<stage>:<child>`).
     pub fn flow_stage_declared(&self, stage: &str) -> bool {
-        self.flows
-            .defs
-            .values()
-            .any(|d| d.stage(stage).is_some())
+        self.flows.defs.values().any(|d| d.stage(stage).is_some())
     }
 
     /// The engine queue name of a stage (see [`stage_queue_name`]).

@@ -179,7 +179,9 @@ impl FlowDefinition {
             return refuse(format!("flow {:?} declares no stages", self.name));
         }
         if self.lookup_attributes.len() > MAX_ATTRIBUTES {
-            return refuse(format!("lookupAttributes has more than {MAX_ATTRIBUTES} entries"));
+            return refuse(format!(
+                "lookupAttributes has more than {MAX_ATTRIBUTES} entries"
+            ));
         }
         for attr in &self.lookup_attributes {
             check_attribute("lookupAttributes", attr)?;
@@ -189,7 +191,9 @@ impl FlowDefinition {
         }
         let total: usize = self.stages.iter().map(|s| 1 + s.children.len()).sum();
         if total > MAX_STAGES {
-            return refuse(format!("a flow has at most {MAX_STAGES} stages, children included"));
+            return refuse(format!(
+                "a flow has at most {MAX_STAGES} stages, children included"
+            ));
         }
         let mut names = HashSet::new();
         for stage in &self.stages {
@@ -280,10 +284,14 @@ impl StageDefinition {
             ));
         }
         if self.max_retries > MAX_RETRIES {
-            return refuse(format!("stage {label:?}: maxRetries is at most {MAX_RETRIES}"));
+            return refuse(format!(
+                "stage {label:?}: maxRetries is at most {MAX_RETRIES}"
+            ));
         }
         if self.backoff_ms > MAX_BACKOFF_MS {
-            return refuse(format!("stage {label:?}: backoffMs is at most {MAX_BACKOFF_MS}"));
+            return refuse(format!(
+                "stage {label:?}: backoffMs is at most {MAX_BACKOFF_MS}"
+            ));
         }
         if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
             return refuse(format!("stage {label:?}: leaseMs is 1 to {MAX_LEASE_MS}"));
@@ -373,6 +381,9 @@ mod tests {
         let pad = " ".repeat(MAX_DEFINITION_BYTES);
         let text = format!(r#"{{"name":"f","stages":[{{"name":"a"}}]}}{pad}"#);
         assert!(parse(&text[..MAX_DEFINITION_BYTES]).is_ok());
-        assert!(parse(&text[..MAX_DEFINITION_BYTES + 1]).unwrap_err().0.contains("at most"));
+        assert!(parse(&text[..MAX_DEFINITION_BYTES + 1])
+            .unwrap_err()
+            .0
+            .contains("at most"));
     }
 }

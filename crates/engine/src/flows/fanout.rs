@@ -61,8 +61,14 @@ impl Engine {
                             "child spec {n} of {params_key}: priority is 1 to {}",
                             child.priorities
                         );
-                        return self
-                            .flow_finish(id, FlowStatus::Failed, Some(msg), now, hops, touched);
+                        return self.flow_finish(
+                            id,
+                            FlowStatus::Failed,
+                            Some(msg),
+                            now,
+                            hops,
+                            touched,
+                        );
                     }
                 },
             };

@@ -29,8 +29,7 @@ use crate::{Engine, JobId, Millis, PutState};
 
 pub use create::{FlowPosition, NewFlowJob, StageCounts};
 pub use definition::{
-    is_valid_name, DefinitionError, FlowDefinition, Limiter, StageDefinition,
-    MAX_DEFINITION_BYTES,
+    is_valid_name, DefinitionError, FlowDefinition, Limiter, StageDefinition, MAX_DEFINITION_BYTES,
 };
 pub use record::{uuid_v7, FlowChange, FlowJob, FlowStatus};
 pub use work::{FlowLease, FlowOutcome};
@@ -50,12 +49,18 @@ pub enum FlowError {
     UnknownFlow(String),
     UnknownStage(String),
     /// The priority is outside 1..=the stage's priorities.
-    BadPriority { priority: u32, max: u32 },
+    BadPriority {
+        priority: u32,
+        max: u32,
+    },
     NotFound(String),
     /// The job is not leased by this session (its lease ended, or another holds it).
     NotLeased(String),
     /// The token is not the job's latest lease.
-    StaleToken { id: String, current: u32 },
+    StaleToken {
+        id: String,
+        current: u32,
+    },
     /// The request is malformed (a field that is not an object, a `nextQueue` that is not
     /// text, a delay on a stage that is not delayable, ...).
     Invalid(String),
@@ -75,7 +80,10 @@ impl std::fmt::Display for FlowError {
                 "flow job {id:?} is not leased by this worker (its lease may have ended)"
             ),
             FlowError::StaleToken { id, current } => {
-                write!(f, "stale token for flow job {id:?}: the latest lease is {current}")
+                write!(
+                    f,
+                    "stale token for flow job {id:?}: the latest lease is {current}"
+                )
             }
             FlowError::Invalid(m) => f.write_str(m),
         }
@@ -226,7 +234,8 @@ impl Engine {
             put,
             gone: touched.gone,
         };
-        self.changes.push(Change::Flow(Bytes::from(change.encode())));
+        self.changes
+            .push(Change::Flow(Bytes::from(change.encode())));
     }
 
     /// Declares a flow (or replaces its definition), logged. The caller has validated it.
@@ -236,7 +245,8 @@ impl Engine {
             return;
         }
         let change = FlowChange::Define(def.clone());
-        self.changes.push(Change::Flow(Bytes::from(change.encode())));
+        self.changes
+            .push(Change::Flow(Bytes::from(change.encode())));
         self.flows.defs.insert(def.name.clone(), def);
     }
 

@@ -20,7 +20,9 @@ impl Engine {
             if let Some(child) = self.flows.jobs.get_mut(id) {
                 child.fields.insert("done".into(), true.into());
                 child.fields.insert("failed".into(), true.into());
-                child.fields.insert("failedErrorMsg".into(), "deleted".into());
+                child
+                    .fields
+                    .insert("failedErrorMsg".into(), "deleted".into());
             }
             self.fan_in(&parent, id, now, 0, &mut touched);
         }

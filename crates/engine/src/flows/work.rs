@@ -67,7 +67,11 @@ impl Engine {
             if stage.delayable {
                 keys.push("delay");
             }
-            if let Some(group) = stage.limiter.as_ref().and_then(|l| l.group_job_key.as_deref()) {
+            if let Some(group) = stage
+                .limiter
+                .as_ref()
+                .and_then(|l| l.group_job_key.as_deref())
+            {
                 keys.push(group);
             }
         }
@@ -159,10 +163,7 @@ impl Engine {
         let is_child = stage_name.contains(':');
         match (next_queue, stage) {
             (Some(next), _) if is_child || def.and_then(|d| d.stage(&next)).is_none() => {
-                let msg = format!(
-                    "nextQueue {next:?} is not a stage of flow {:?}",
-                    job.flow
-                );
+                let msg = format!("nextQueue {next:?} is not a stage of flow {:?}", job.flow);
                 self.flow_finish(id, FlowStatus::Failed, Some(msg), now, 0, &mut touched);
             }
             (Some(next), stage) => {
@@ -359,10 +360,8 @@ impl Engine {
             job.fields.insert("failed".into(), true.into());
             job.fields
                 .insert("failedQueue".into(), job.stage.clone().into());
-            job.fields.insert(
-                "failedErrorMsg".into(),
-                error.unwrap_or_default().into(),
-            );
+            job.fields
+                .insert("failedErrorMsg".into(), error.unwrap_or_default().into());
         }
         job.status = status;
         job.ready_at = 0;
