@@ -14,6 +14,10 @@
 mod encoding;
 mod error;
 mod extract;
+mod flow_errors;
+mod flow_jobs;
+mod flow_work;
+mod flows;
 mod jobs;
 mod leases;
 /// Every bound on what a client sends (docs/http-api.md, "Limits").

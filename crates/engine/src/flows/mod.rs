@@ -208,7 +208,7 @@ impl Engine {
             Box::from(&[][..]),
             false,
         );
-        self.next_id = self.next_id.max(engine_id + 1);
+        self.next_id = self.next_id.max(engine_id.saturating_add(1));
     }
 
     /// Takes the engine job of a flow job out of its queue, if it is in one (a lease on it

@@ -34,17 +34,17 @@ impl Engine {
 
     /// Removes a job and its children without logging (the caller logs `touched`).
     fn remove_flow_tree(&mut self, id: &str, touched: &mut Touched) {
-        let Some(job) = self.flows.jobs.get(id) else {
+        if !self.flows.jobs.contains_key(id) {
             return;
-        };
-        let (children, engine_id) = (job.children.clone(), job.engine_id);
-        for child in children {
-            self.remove_flow_tree(&child, touched);
         }
         self.flows.unindex(id);
-        self.flows.jobs.remove(id);
-        self.flow_dequeue(engine_id);
+        let job = self.flows.jobs.remove(id).expect("checked");
+        self.flow_dequeue(job.engine_id);
         touched.gone(id);
+        // Removed before its children, so even a cycle in a damaged record ends.
+        for child in job.children {
+            self.remove_flow_tree(&child, touched);
+        }
     }
 
     /// Purges ended top-level jobs whose retention ran out by `now`, with their children.

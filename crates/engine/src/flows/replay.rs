@@ -26,8 +26,15 @@ impl Engine {
                 for job in put {
                     let id = job.id.clone();
                     self.forget_flow_job(&id);
+                    // An engine id another job already has cannot be this one's: such a
+                    // record is not one the engine wrote, and is skipped whole.
+                    if self.jobs.contains_key(&job.engine_id)
+                        || self.flows.by_engine.contains_key(&job.engine_id)
+                    {
+                        continue;
+                    }
                     let queued = matches!(job.status, FlowStatus::Waiting | FlowStatus::Delayed);
-                    self.next_id = self.next_id.max(job.engine_id + 1);
+                    self.next_id = self.next_id.max(job.engine_id.saturating_add(1));
                     self.flows.jobs.insert(id.clone(), job);
                     self.flows.index(&id);
                     if queued {
