@@ -622,3 +622,48 @@ fn a_heartbeat_extends_the_lease_and_needs_the_current_token() {
     assert_eq!(s.e.flow_state(s.e.flow_job(&id).unwrap()), "leased");
     assert!(s.e.flow_heartbeat(W1, &id, l.token + 1, None, T0).is_err());
 }
+
+#[test]
+fn the_limiter_delays_jobs_past_the_reservoir_to_their_window_per_group() {
+    let mut s = Server::new();
+    s.define(
+        r#"{"name":"l","stages":[{"name":"a",
+            "limiter":{"reservoir":2,"intervalMs":1000,"groupJobKey":"g"}}]}"#,
+    );
+    let t = T0 + 100; // inside the window [T0, T0 + 1000)
+    let ids: Vec<String> = (0..5)
+        .map(|_| s.create("l", 1, json!({"g": "x"})))
+        .collect();
+    let other = s.create("l", 1, json!({"g": "y"}));
+    // A lease the limiter refuses answers with no job (the job was delayed instead).
+    let handed: Vec<String> = (0..10)
+        .filter_map(|_| s.lease(W1, "a", t))
+        .map(|l| l.id)
+        .collect();
+    // Two of group x, and the one of group y, which counts apart.
+    assert_eq!(handed, [ids[0].clone(), ids[1].clone(), other]);
+    // The other three were delayed, in the same step as the refused hand-out: the first
+    // two to the next window, the third to the one after.
+    let ready: Vec<Value> = ids[2..]
+        .iter()
+        .map(|id| s.field(id, "delayReadyTimestamp"))
+        .collect();
+    assert_eq!(
+        ready,
+        [json!(T0 + 1000), json!(T0 + 1000), json!(T0 + 2000)]
+    );
+    assert_eq!(s.field(&ids[2], "delayReason"), "rate limited");
+    s.e.tick(T0 + 1000);
+    let next: Vec<String> = (0..10)
+        .filter_map(|_| s.lease(W1, "a", T0 + 1000))
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(next, [ids[2].clone(), ids[3].clone()]);
+    assert_eq!(
+        s.field(&ids[2], "delay"),
+        Value::Null,
+        "cleared once handed out"
+    );
+    s.e.tick(T0 + 2000);
+    assert_eq!(s.lease(W1, "a", T0 + 2000).unwrap().id, ids[4]);
+}

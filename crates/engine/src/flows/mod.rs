@@ -8,13 +8,14 @@
 //! record ([`FlowJob`]), logged whole by each transition ([`FlowChange`]).
 //!
 //! Files: `definition` (declared flows), `record` (the job record, the log record),
-//! `create` (new jobs, reads, lookups), `work` (lease, heartbeat, complete, fail, delay,
+//! `create` (new jobs, reads, lookups), `limiter` (rate limits), `work` (lease, heartbeat, complete, fail, delay,
 //! lease expiry), `fanout` (children and fan-in), `removal` (delete, retention) and
 //! `replay` (recovery and snapshots).
 
 mod create;
 mod definition;
 mod fanout;
+mod limiter;
 mod record;
 mod removal;
 mod replay;
@@ -31,6 +32,7 @@ pub use create::{FlowPosition, NewFlowJob, StageCounts};
 pub use definition::{
     is_valid_name, DefinitionError, FlowDefinition, Limiter, StageDefinition, MAX_DEFINITION_BYTES,
 };
+pub use limiter::RATE_LIMITED;
 pub use record::{uuid_v7, FlowChange, FlowJob, FlowStatus};
 pub use work::{FlowLease, FlowOutcome};
 
@@ -103,6 +105,8 @@ pub(crate) struct Flows {
     pub(crate) by_key: HashMap<(String, String), String>,
     /// Ended top-level jobs by the time they are purged.
     pub(crate) retention: BTreeSet<(Millis, String)>,
+    /// Rate limit counts per stage and group.
+    pub(crate) limits: limiter::Limits,
 }
 
 /// The jobs one transition changed, logged together when it ends.

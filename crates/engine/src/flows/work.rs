@@ -55,6 +55,12 @@ impl Engine {
         }
         let id = self.flows.by_engine.get(&engine_id)?.clone();
         let stage = self.stage_of(&self.flows.jobs[&id]).cloned();
+        if let Some(limiter) = stage.as_ref().and_then(|s| s.limiter.as_ref()) {
+            if let Some(ready_at) = self.flow_admit(&id, limiter, now) {
+                self.flow_limit(&id, engine_id, ready_at, now);
+                return None;
+            }
+        }
         let ms = lease_ms.unwrap_or_else(|| stage.as_ref().map_or(180_000, |s| s.lease_ms));
         self.touch_for(conn, engine_id, ms, now);
         let job = self.flows.jobs.get_mut(&id).expect("indexed job exists");
@@ -91,6 +97,46 @@ impl Engine {
         touched.put(&id);
         self.log_flow_jobs(touched);
         Some(lease)
+    }
+
+    /// Applies the stage's limiter to a hand-out of job `id`: `None` if it may go out now,
+    /// else when it may.
+    fn flow_admit(&mut self, id: &str, limiter: &super::Limiter, now: Millis) -> Option<Millis> {
+        let job = &self.flows.jobs[id];
+        let group = super::limiter::group_of(limiter, &job.fields);
+        let was_waiting = job.fields.get("delayReason").and_then(Value::as_str)
+            == Some(super::RATE_LIMITED)
+            && job.fields.get("delay") == Some(&Value::Bool(true));
+        let stage = job.stage.clone();
+        let out = self
+            .flows
+            .limits
+            .admit(&stage, group, limiter, was_waiting, now);
+        if out.is_none() && was_waiting {
+            // Handed out at last: Guild clears the delay fields of a limited job here.
+            let job = self.flows.jobs.get_mut(id).expect("job exists");
+            for key in ["delay", "delayReadyTimestamp", "delayReason"] {
+                job.fields.remove(key);
+            }
+        }
+        out
+    }
+
+    /// Delays a job the limiter held back, logged (the lease the engine made ends).
+    fn flow_limit(&mut self, id: &str, engine_id: JobId, ready_at: Millis, now: Millis) {
+        self.flow_dequeue(engine_id);
+        let job = self.flows.jobs.get_mut(id).expect("job exists");
+        job.fields.insert("delay".into(), true.into());
+        job.fields
+            .insert("delayReadyTimestamp".into(), ready_at.into());
+        job.fields
+            .insert("delayReason".into(), super::RATE_LIMITED.into());
+        job.status = FlowStatus::Delayed;
+        job.ready_at = ready_at;
+        self.flow_enqueue(id, now);
+        let mut touched = Touched::default();
+        touched.put(id);
+        self.log_flow_jobs(touched);
     }
 
     /// Checks that `conn` holds flow job `id` under `token`; returns its engine job.
