@@ -229,3 +229,60 @@ def test_a_flow_survives_restart_and_kill_9_mid_flow(start_http, tmp_path):
     assert get(srv, fan)["fields"]["done"] is True
     assert get(srv, lin)["fields"]["done"] is True
     assert [j["id"] for j in srv.get("/v1/flows/lin/jobs?key=userId&value=u").json()["jobs"]] == [lin]
+
+
+def test_flows_declared_in_the_config_file_serve_at_start(start_http, tmp_path):
+    config = tmp_path / "jobyard.toml"
+    config.write_text(
+        "[[flows]]\n"
+        'name = "cfg"\n'
+        'lookupAttributes = ["u"]\n'
+        "[[flows.stages]]\n"
+        'name = "one"\n'
+        'next = "two"\n'
+        "[[flows.stages]]\n"
+        'name = "two"\n'
+        "priorities = 2\n")
+    srv = start_http(extra=["--config", str(config)])
+    assert [f["name"] for f in srv.get("/v1/flows").json()["flows"]] == ["cfg"]
+    job_id = create(srv, "cfg", params={"u": "a"})
+    run_stage(srv, "one")
+    assert run_stage(srv, "two")["status"] == "done"
+    assert get(srv, job_id)["fields"]["done"] is True
+
+
+def test_a_bad_flow_in_the_config_stops_the_start_with_its_reason(tmp_path):
+    import subprocess
+
+    from jobyard_testlib import binary_path
+    config = tmp_path / "jobyard.toml"
+    config.write_text('[[flows]]\nname = "bad"\n[[flows.stages]]\nname = "a"\nnext = "b"\n')
+    out = subprocess.run([str(binary_path()), "serve", "--config", str(config),
+                          "--data-dir", str(tmp_path / "d"), "--http-listen", "off",
+                          "--beanstalk-listen", "off", "--gearman-listen", "off"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert '"b"' in out.stderr, out.stderr
+
+
+def test_flow_jobs_survive_compaction(start_http, tmp_path):
+    small = ["--segment-bytes", "65536", "--compact-min-bytes", "65536"]
+    srv = start_http(extra=small, data_dir=tmp_path / "data")
+    declare(srv, LINEAR)
+    kept = [create(srv, "lin", params={"userId": f"u{i}", "pad": "p" * 200}) for i in range(50)]
+    # Churn: many transitions on other jobs, so the log grows past the threshold often.
+    for i in range(300):
+        churn = create(srv, "lin", params={"pad": "c" * 300})
+        srv.delete(f"/v1/flow-jobs/{churn}")
+    deadline = time.monotonic() + 30
+    snaps = lambda: list((tmp_path / "data").glob("snap-*"))  # noqa: E731
+    while not snaps() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert snaps(), "a compaction ran"
+    srv.kill9()
+    srv = start_http(extra=small, data_dir=tmp_path / "data")
+    for i, job_id in enumerate(kept):
+        assert get(srv, job_id)["fields"]["userId"] == f"u{i}"
+    assert [f["name"] for f in srv.get("/v1/flows").json()["flows"]] == ["lin"]
+    found = srv.get("/v1/flows/lin/jobs?key=userId&value=u7").json()["jobs"]
+    assert [j["id"] for j in found] == [kept[7]]

@@ -667,3 +667,30 @@ fn the_limiter_delays_jobs_past_the_reservoir_to_their_window_per_group() {
     s.e.tick(T0 + 2000);
     assert_eq!(s.lease(W1, "a", T0 + 2000).unwrap().id, ids[4]);
 }
+
+/// Compaction weighs the log against what the live jobs take: flow jobs count, and stop
+/// counting once purged or deleted.
+#[test]
+fn live_bytes_count_flow_jobs_until_they_are_gone() {
+    let mut s = Server::new();
+    s.define(LINEAR);
+    assert_eq!(s.e.live_bytes(), 0);
+    let id = s.create("lin", 1, json!({"userId": "x".repeat(1000)}));
+    let one = s.e.live_bytes();
+    assert!(one > 1000, "{one}");
+    assert_eq!(
+        s.restarted().e.live_bytes(),
+        one,
+        "the same after a restart"
+    );
+    s.create("lin", 1, json!({}));
+    assert!(s.e.live_bytes() > one);
+    s.e.delete_flow_job(&id, T0);
+    assert!(s.e.live_bytes() < one);
+    match s.log.last() {
+        Some(Change::Flow(bytes)) => {
+            assert!(jobyard_engine::flows::FlowChange::decode(bytes).is_some())
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -107,6 +107,10 @@ pub(crate) struct Flows {
     pub(crate) retention: BTreeSet<(Millis, String)>,
     /// Rate limit counts per stage and group.
     pub(crate) limits: limiter::Limits,
+    /// Bytes of each job's latest record, and their sum: what the jobs would take in a
+    /// fresh log (compaction compares the log's size with it).
+    pub(crate) sizes: HashMap<String, u64>,
+    pub(crate) bytes: u64,
 }
 
 /// The jobs one transition changed, logged together when it ends.
@@ -127,6 +131,17 @@ impl Touched {
 }
 
 impl Flows {
+    /// Records the size of a job's latest record.
+    pub(crate) fn set_size(&mut self, id: &str, size: u64) {
+        let old = self.sizes.insert(id.to_string(), size).unwrap_or(0);
+        self.bytes = self.bytes - old + size;
+    }
+
+    /// Forgets the size of a job that is gone.
+    pub(crate) fn drop_size(&mut self, id: &str) {
+        self.bytes -= self.sizes.remove(id).unwrap_or(0);
+    }
+
     /// Adds a job's index entries (the record is already in `jobs`).
     pub(crate) fn index(&mut self, id: &str) {
         let job = &self.jobs[id];
@@ -224,22 +239,31 @@ impl Engine {
         }
     }
 
-    /// Logs the jobs a transition changed, as one record.
+    /// Logs the jobs a transition changed, as one record: a [`FlowChange::Jobs`], written
+    /// a job at a time so each job's size is known without serializing it twice.
     pub(crate) fn log_flow_jobs(&mut self, touched: Touched) {
-        let put: Vec<FlowJob> = touched
-            .put
-            .iter()
-            .filter_map(|id| self.flows.jobs.get(id).cloned())
-            .collect();
-        if put.is_empty() && touched.gone.is_empty() {
+        if touched.put.is_empty() && touched.gone.is_empty() {
             return;
         }
-        let change = FlowChange::Jobs {
-            put,
-            gone: touched.gone,
-        };
-        self.changes
-            .push(Change::Flow(Bytes::from(change.encode())));
+        let mut out = b"{\"jobs\":{\"put\":[".to_vec();
+        let mut first = true;
+        for id in &touched.put {
+            let Some(job) = self.flows.jobs.get(id) else {
+                continue;
+            };
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            let start = out.len();
+            serde_json::to_writer(&mut out, job).expect("flow jobs serialize");
+            let size = (out.len() - start) as u64;
+            self.flows.set_size(id, size);
+        }
+        out.extend_from_slice(b"],\"gone\":");
+        serde_json::to_writer(&mut out, &touched.gone).expect("ids serialize");
+        out.extend_from_slice(b"}}");
+        self.changes.push(Change::Flow(Bytes::from(out)));
     }
 
     /// Declares a flow (or replaces its definition), logged. The caller has validated it.

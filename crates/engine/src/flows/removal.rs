@@ -38,6 +38,7 @@ impl Engine {
             return;
         }
         self.flows.unindex(id);
+        self.flows.drop_size(id);
         let job = self.flows.jobs.remove(id).expect("checked");
         self.flow_dequeue(job.engine_id);
         touched.gone(id);

@@ -35,6 +35,8 @@ impl Engine {
                     }
                     let queued = matches!(job.status, FlowStatus::Waiting | FlowStatus::Delayed);
                     self.next_id = self.next_id.max(job.engine_id.saturating_add(1));
+                    let size = serde_json::to_vec(&job).map_or(0, |v| v.len() as u64);
+                    self.flows.set_size(&id, size);
                     self.flows.jobs.insert(id.clone(), job);
                     self.flows.index(&id);
                     if queued {
@@ -50,6 +52,7 @@ impl Engine {
     fn forget_flow_job(&mut self, id: &str) {
         if let Some(engine_id) = self.flows.jobs.get(id).map(|j| j.engine_id) {
             self.flows.unindex(id);
+            self.flows.drop_size(id);
             self.flows.jobs.remove(id);
             self.flow_dequeue(engine_id);
         }
