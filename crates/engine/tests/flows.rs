@@ -694,3 +694,35 @@ fn live_bytes_count_flow_jobs_until_they_are_gone() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_fan_out_has_at_most_ten_thousand_children() {
+    let mut s = Server::new();
+    s.define(FANOUT);
+    for (n, status) in [(10_000, "waiting_children"), (10_001, "failed")] {
+        s.create("fan", 1, json!({}));
+        let l = s.lease(W1, "plan", T0).unwrap();
+        let specs: Vec<Value> = (0..n).map(|_| json!({"childName": "other"})).collect();
+        assert_eq!(
+            s.complete(W1, &l, json!({"children:gather:params": specs})),
+            status
+        );
+    }
+}
+
+#[test]
+fn a_job_makes_at_most_a_thousand_lookup_entries() {
+    let mut s = Server::new();
+    s.define(LINEAR);
+    let new = |n: usize| NewFlowJob {
+        flow: "lin".into(),
+        priority: 1,
+        params: obj(json!({ "roleIds": (0..n).collect::<Vec<_>>() })),
+        idempotency_key: None,
+    };
+    assert!(s.e.create_flow_job(new(1000), T0).is_ok());
+    assert!(matches!(
+        s.e.create_flow_job(new(1001), T0),
+        Err(FlowError::Invalid(_))
+    ));
+}
