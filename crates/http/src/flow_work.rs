@@ -30,6 +30,23 @@ pub struct StageLeaseRequest {
     wait_ms: Option<u64>,
 }
 
+impl StageLeaseRequest {
+    /// Checks the bounds; returns the lease asked for and how long to wait.
+    pub(crate) fn checked(&self) -> Result<(Lease, u64), ApiError> {
+        let lease = match check_lease_ms(self.lease_ms)? {
+            Some(ms) => Lease::For(ms),
+            None => Lease::JobTtr,
+        };
+        let wait_ms = self.wait_ms.unwrap_or(0);
+        if wait_ms > MAX_WAIT_MS {
+            return Err(ApiError::bad_request(format!(
+                "wait_ms is at most {MAX_WAIT_MS}"
+            )));
+        }
+        Ok((lease, wait_ms))
+    }
+}
+
 /// Leases the best job of a stage (priority 1 first, then the oldest), or waits for one.
 pub async fn lease(
     State(api): State<Api>,
@@ -37,16 +54,7 @@ pub async fn lease(
     JsonBody(req): JsonBody<StageLeaseRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::LeaseStage);
-    let lease = match check_lease_ms(req.lease_ms)? {
-        Some(ms) => Lease::For(ms),
-        None => Lease::JobTtr,
-    };
-    let wait_ms = req.wait_ms.unwrap_or(0);
-    if wait_ms > MAX_WAIT_MS {
-        return Err(ApiError::bad_request(format!(
-            "wait_ms is at most {MAX_WAIT_MS}"
-        )));
-    }
+    let (lease, wait_ms) = req.checked()?;
     if !api.broker.lock().flow_stage_declared(&stage) {
         return Err(FlowError::UnknownStage(stage).into());
     }
@@ -97,6 +105,13 @@ pub struct HeartbeatRequest {
     lease_ms: Option<u64>,
 }
 
+impl HeartbeatRequest {
+    /// Checks the lease length asked for.
+    pub(crate) fn checked(&self) -> Result<Option<u64>, ApiError> {
+        check_lease_ms(self.lease_ms)
+    }
+}
+
 /// Extends a lease; 409 if it is gone.
 pub async fn heartbeat(
     State(api): State<Api>,
@@ -104,7 +119,7 @@ pub async fn heartbeat(
     JsonBody(req): JsonBody<HeartbeatRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::FlowHeartbeat);
-    let ms = check_lease_ms(req.lease_ms)?;
+    let ms = req.checked()?;
     let worker = api.workers.get(&req.worker)?;
     let now = Broker::now();
     let deadline = api
