@@ -286,3 +286,12 @@ def test_flow_jobs_survive_compaction(start_http, tmp_path):
     assert [f["name"] for f in srv.get("/v1/flows").json()["flows"]] == ["lin"]
     found = srv.get("/v1/flows/lin/jobs?key=userId&value=u7").json()["jobs"]
     assert [j["id"] for j in found] == [kept[7]]
+
+
+def test_plain_routes_cannot_touch_flow_stage_queues(http):
+    declare(http, LINEAR)
+    create(http, "lin")
+    for path, body in (("/v1/queues/flows%2Fprep/jobs", {}), ("/v1/lease", {"queues": ["flows/prep"]})):
+        r = http.post(path, json=body)
+        assert (r.status_code, error_code(r)) == (400, "bad_queue_name"), path
+    assert lease(http, "prep")["job"] is not None

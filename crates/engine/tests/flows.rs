@@ -726,3 +726,26 @@ fn a_job_makes_at_most_a_thousand_lookup_entries() {
         Err(FlowError::Invalid(_))
     ));
 }
+
+/// A flow job's engine job moves only by flow transitions: a beanstalkd delete or bury,
+/// a plain finish or route of it is refused, so its record can never be left behind.
+#[test]
+fn plain_operations_refuse_a_flow_jobs_engine_job() {
+    let mut s = Server::new();
+    s.define(LINEAR);
+    let id = s.create("lin", 1, json!({}));
+    let engine_id = s.e.flow_job(&id).unwrap().engine_id;
+    assert!(s.e.is_flow_engine_job(engine_id));
+    assert!(!s.e.bury_job(engine_id));
+    assert!(!s.e.delete(W1, engine_id));
+    let l = s.lease(W1, "prep", T0).unwrap();
+    let q = s.e.queue_id_or_create(b"elsewhere");
+    assert!(!s.e.route(W1, engine_id, q, 1, None, T0));
+    assert!(!s.e.bury(W1, engine_id, 1));
+    assert!(!s.e.finish(
+        W1,
+        engine_id,
+        jobyard_engine::JobEnd::ok(Default::default())
+    ));
+    assert_eq!(s.complete(W1, &l, json!({})), "waiting");
+}

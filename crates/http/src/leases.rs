@@ -22,7 +22,7 @@ use crate::encoding::{attributes_in, attributes_out, bytes_in, bytes_out};
 use crate::error::ApiError;
 use crate::extract::{job_id, JsonBody, PathText};
 use crate::limits::{MAX_LEASE_MS, MAX_LEASE_QUEUES, MAX_WAIT_MS};
-use crate::queues::check_queue_name;
+use crate::queues::check_plain_queue;
 use crate::state::{Api, Command};
 use crate::workers::Worker;
 
@@ -131,7 +131,7 @@ impl LeaseRequest {
             )));
         }
         for q in &self.queues {
-            check_queue_name(q)?;
+            check_plain_queue(q)?;
         }
         let lease = match check_lease_ms(self.lease_ms)? {
             None => Lease::JobTtr,
@@ -510,7 +510,7 @@ pub(crate) struct CheckedRoute {
 impl RouteRequest {
     /// Checks the queue name and the attributes' size.
     pub(crate) fn checked(self) -> Result<CheckedRoute, ApiError> {
-        check_queue_name(&self.queue)?;
+        check_plain_queue(&self.queue)?;
         Ok(CheckedRoute {
             attrs: attributes_in(self.attributes)?,
             worker: self.worker,

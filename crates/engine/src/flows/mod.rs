@@ -288,6 +288,12 @@ impl Engine {
         self.flows.defs.values()
     }
 
+    /// Whether an engine job stands for a flow job: those change only by flow
+    /// transitions, so the plain operations (finish, route, bury) refuse them.
+    pub fn is_flow_engine_job(&self, id: JobId) -> bool {
+        !self.flows.by_engine.is_empty() && self.flows.by_engine.contains_key(&id)
+    }
+
     /// The stage definition a flow job follows now.
     pub(crate) fn stage_of(&self, job: &FlowJob) -> Option<&StageDefinition> {
         self.flows.defs.get(&job.flow)?.stage(&job.stage)
