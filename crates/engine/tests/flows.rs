@@ -749,3 +749,54 @@ fn plain_operations_refuse_a_flow_jobs_engine_job() {
     ));
     assert_eq!(s.complete(W1, &l, json!({})), "waiting");
 }
+
+/// A snapshot is copied while work goes on ("fuzzy"): the records written after its cut are
+/// replayed over it. Whatever moved between the cut and the copy, the result is the live
+/// engine's flows.
+#[test]
+fn a_fuzzy_snapshot_plus_the_records_after_its_cut_rebuilds_the_flows() {
+    let mut s = Server::new();
+    s.define(LINEAR);
+    s.define(FANOUT);
+    let a = s.create("lin", 1, json!({"userId": "a"}));
+    let b = s.create("lin", 1, json!({"userId": "b"}));
+    let fan = s.create("fan", 1, json!({}));
+    let l = s.lease(W1, "prep", T0).unwrap();
+    s.complete(W1, &l, json!({"step": 1}));
+    // The cut: the log from here on is the new segment.
+    let order = s.e.snapshot_order();
+    let cut = s.log.len();
+    let l = s.lease(W1, "check", T0).unwrap();
+    s.complete(W1, &l, json!({"step": 2}));
+    assert!(s.e.delete_flow_job(&b, T0));
+    let l = s.lease(W1, "plan", T0).unwrap();
+    s.complete(
+        W1,
+        &l,
+        json!({"children:gather:params": [{"childName": "req"}]}),
+    );
+    let late = s.create("lin", 1, json!({"userId": "late"}));
+    s.flush();
+    // The copy, after those changes; then more changes, as compaction copies in chunks.
+    let mut snap = Vec::new();
+    for chunk in order.chunks(2) {
+        snap.extend(s.e.snapshot_of(chunk));
+        let l = s.lease(W2, "gather:req", T0);
+        if let Some(l) = l {
+            s.complete(W2, &l, json!({"child": true}));
+        }
+    }
+    let mut rebuilt = Engine::new();
+    for c in snap.into_iter().chain(s.log[cut..].iter().cloned()) {
+        rebuilt.replay(c);
+    }
+    for id in [&a, &fan, &late] {
+        assert_eq!(rebuilt.flow_job(id), s.e.flow_job(id), "{id}");
+    }
+    assert!(rebuilt.flow_job(&b).is_none());
+    assert_eq!(rebuilt.flow_definitions().count(), 2);
+    assert_eq!(
+        rebuilt.flow_counts("fan").unwrap(),
+        s.e.flow_counts("fan").unwrap()
+    );
+}
