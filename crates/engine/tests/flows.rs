@@ -800,3 +800,60 @@ fn a_fuzzy_snapshot_plus_the_records_after_its_cut_rebuilds_the_flows() {
         s.e.flow_counts("fan").unwrap()
     );
 }
+
+/// A job state is bounded: a result that would pass the bound fails the job with the
+/// reason, and a child's state that would is kept in its parent as a summary.
+#[test]
+fn the_job_state_is_bounded() {
+    let mut s = Server::new();
+    s.define(r#"{"name":"big","stages":[{"name":"a","next":"a"}]}"#);
+    let id = s.create("big", 1, json!({}));
+    let chunk = "x".repeat(4 << 20);
+    let mut last = "";
+    for n in 0..6 {
+        let l = s.lease(W1, "a", T0).unwrap();
+        last = s.complete(W1, &l, json!({ format!("f{n}"): chunk }));
+        if last == "failed" {
+            assert_eq!(n, 3, "three chunks fit in 16 MiB, a fourth does not");
+            break;
+        }
+    }
+    assert_eq!(last, "failed");
+    assert!(s
+        .field(&id, "failedErrorMsg")
+        .as_str()
+        .unwrap()
+        .contains("larger than"));
+
+    s.define(FANOUT);
+    let parent = s.create("fan", 1, json!({"pad": "y".repeat(15 << 20)}));
+    let l = s.lease(W1, "plan", T0).unwrap();
+    s.complete(
+        W1,
+        &l,
+        json!({"children:gather:params": [{"childName": "other"}]}),
+    );
+    let c = s.lease(W1, "gather:other", T0).unwrap();
+    s.complete(W1, &c, json!({ "out": "z".repeat(2 << 20) }));
+    let results = s.field(&parent, "children:gather:results");
+    assert_eq!(results[0]["resultTooLarge"], true);
+    assert_eq!(results[0]["done"], true);
+    assert_eq!(s.e.flow_job(&parent).unwrap().stage, "report");
+}
+
+#[test]
+fn a_next_queue_may_not_name_a_child_stage() {
+    let mut s = Server::new();
+    s.define(FANOUT);
+    let id = s.create("fan", 1, json!({}));
+    let l = s.lease(W1, "plan", T0).unwrap();
+    assert_eq!(
+        s.complete(W1, &l, json!({"nextQueue": "gather:req"})),
+        "failed"
+    );
+    assert!(s
+        .field(&id, "failedErrorMsg")
+        .as_str()
+        .unwrap()
+        .contains("gather:req"));
+}

@@ -150,6 +150,11 @@ impl Engine {
         };
         let mut result: Map<String, Value> = child_job.fields.clone();
         result.insert("id".into(), child.into());
+        if !self.flows.state_has_room(parent, &result) {
+            // Too big to keep whole in the parent: its outcome, and where to read the rest.
+            result.retain(|k, _| matches!(k.as_str(), "id" | "done" | "failed" | "failedErrorMsg"));
+            result.insert("resultTooLarge".into(), true.into());
+        }
         let Some(job) = self.flows.jobs.get_mut(parent) else {
             return;
         };

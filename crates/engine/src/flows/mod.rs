@@ -45,6 +45,10 @@ pub fn stage_queue_name(stage: &str) -> String {
     format!("{STAGE_QUEUE_PREFIX}{stage}")
 }
 
+/// Largest job state, as JSON bytes: a result that would make it larger fails the job
+/// instead, and a child's final state that would is kept in its parent as a summary.
+pub const MAX_STATE_BYTES: u64 = 16 << 20;
+
 /// Why a flow operation was refused. Nothing was changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FlowError {
@@ -135,6 +139,18 @@ impl Flows {
     pub(crate) fn set_size(&mut self, id: &str, size: u64) {
         let old = self.sizes.insert(id.to_string(), size).unwrap_or(0);
         self.bytes = self.bytes - old + size;
+    }
+
+    /// Whether `more` fields fit in the job's state under [`MAX_STATE_BYTES`] (counted as
+    /// if none replaced an old one: a bound, not an exact size).
+    pub(crate) fn state_has_room(
+        &self,
+        id: &str,
+        more: &serde_json::Map<String, serde_json::Value>,
+    ) -> bool {
+        let now = self.sizes.get(id).copied().unwrap_or(0);
+        let added = serde_json::to_vec(more).map_or(u64::MAX, |v| v.len() as u64);
+        now.saturating_add(added) <= MAX_STATE_BYTES
     }
 
     /// Forgets the size of a job that is gone.

@@ -113,6 +113,8 @@ pub enum FlowChange {
         #[serde(default)]
         gone: Vec<String>,
     },
+    /// A job was handed out under this fencing token (nothing else changed).
+    Token { id: String, token: u32 },
 }
 
 impl FlowChange {

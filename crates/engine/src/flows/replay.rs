@@ -45,6 +45,11 @@ impl Engine {
                     }
                 }
             }
+            Some(FlowChange::Token { id, token }) => {
+                if let Some(job) = self.flows.jobs.get_mut(&id) {
+                    job.token = job.token.max(token);
+                }
+            }
             None => {}
         }
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::flows::{FlowError, FlowStatus, Touched};
+use crate::flows::{FlowChange, FlowError, FlowStatus, Touched};
 use crate::notice::{Notice, NoticeKind};
 use crate::{ConnId, Engine, JobId, Millis};
 
@@ -55,10 +55,14 @@ impl Engine {
         }
         let id = self.flows.by_engine.get(&engine_id)?.clone();
         let stage = self.stage_of(&self.flows.jobs[&id]).cloned();
+        let mut fields_changed = false;
         if let Some(limiter) = stage.as_ref().and_then(|s| s.limiter.as_ref()) {
-            if let Some(ready_at) = self.flow_admit(&id, limiter, now) {
-                self.flow_limit(&id, engine_id, ready_at, now);
-                return None;
+            match self.flow_admit(&id, limiter, now) {
+                Ok(changed) => fields_changed = changed,
+                Err(ready_at) => {
+                    self.flow_limit(&id, engine_id, ready_at, now);
+                    return None;
+                }
             }
         }
         let ms = lease_ms.unwrap_or_else(|| stage.as_ref().map_or(180_000, |s| s.lease_ms));
@@ -93,15 +97,30 @@ impl Engine {
             deadline: self.jobs[&engine_id].due,
             job: out,
         };
-        let mut touched = Touched::default();
-        touched.put(&id);
-        self.log_flow_jobs(touched);
+        if fields_changed {
+            let mut touched = Touched::default();
+            touched.put(&id);
+            self.log_flow_jobs(touched);
+        } else {
+            // Only the token moved: a small record, however large the job state is.
+            let change = FlowChange::Token {
+                id: id.clone(),
+                token: lease.token,
+            };
+            self.changes
+                .push(crate::Change::Flow(bytes::Bytes::from(change.encode())));
+        }
         Some(lease)
     }
 
-    /// Applies the stage's limiter to a hand-out of job `id`: `None` if it may go out now,
-    /// else when it may.
-    fn flow_admit(&mut self, id: &str, limiter: &super::Limiter, now: Millis) -> Option<Millis> {
+    /// Applies the stage's limiter to a hand-out of job `id`: `Ok` if it may go out now
+    /// (true if that cleared its delay fields), else `Err` with when it may.
+    fn flow_admit(
+        &mut self,
+        id: &str,
+        limiter: &super::Limiter,
+        now: Millis,
+    ) -> Result<bool, Millis> {
         let job = &self.flows.jobs[id];
         let group = super::limiter::group_of(limiter, &job.fields);
         let was_waiting = job.fields.get("delayReason").and_then(Value::as_str)
@@ -112,14 +131,17 @@ impl Engine {
             .flows
             .limits
             .admit(&stage, group, limiter, was_waiting, now);
-        if out.is_none() && was_waiting {
+        if let Some(ready_at) = out {
+            return Err(ready_at);
+        }
+        if was_waiting {
             // Handed out at last: Guild clears the delay fields of a limited job here.
             let job = self.flows.jobs.get_mut(id).expect("job exists");
             for key in ["delay", "delayReadyTimestamp", "delayReason"] {
                 job.fields.remove(key);
             }
         }
-        out
+        Ok(was_waiting)
     }
 
     /// Delays a job the limiter held back, logged (the lease the engine made ends).
@@ -199,6 +221,16 @@ impl Engine {
         self.flow_dequeue(engine_id);
         let mut touched = Touched::default();
         touched.put(id);
+        if !self.flows.state_has_room(id, &result) {
+            let msg = format!(
+                "the result would make the job state larger than {} bytes",
+                super::MAX_STATE_BYTES
+            );
+            self.flow_finish(id, FlowStatus::Failed, Some(msg), now, 0, &mut touched);
+            self.log_flow_jobs(touched);
+            self.serve_waiters(now);
+            return Ok(self.flow_outcome(id));
+        }
         let job = self.flows.jobs.get_mut(id).expect("held job exists");
         let stage_name = job.stage.clone();
         job.fields.extend(result);
@@ -208,7 +240,9 @@ impl Engine {
         let stage = def.and_then(|d| d.stage(&stage_name));
         let is_child = stage_name.contains(':');
         match (next_queue, stage) {
-            (Some(next), _) if is_child || def.and_then(|d| d.stage(&next)).is_none() => {
+            (Some(next), _)
+                if is_child || next.contains(':') || def.and_then(|d| d.stage(&next)).is_none() =>
+            {
                 let msg = format!("nextQueue {next:?} is not a stage of flow {:?}", job.flow);
                 self.flow_finish(id, FlowStatus::Failed, Some(msg), now, 0, &mut touched);
             }
