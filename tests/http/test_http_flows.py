@@ -295,3 +295,32 @@ def test_plain_routes_cannot_touch_flow_stage_queues(http):
         r = http.post(path, json=body)
         assert (r.status_code, error_code(r)) == (400, "bad_queue_name"), path
     assert lease(http, "prep")["job"] is not None
+
+
+def test_a_finished_job_is_purged_after_its_retention_with_its_lookups(http):
+    declare(http, {"name": "r", "retentionSec": 1, "lookupAttributes": ["u"],
+                   "stages": [{"name": "only"}]})
+    job_id = create(http, "r", params={"u": "x"})
+    assert run_stage(http, "only")["status"] == "done"
+    assert get(http, job_id)["fields"]["done"] is True  # kept after its end...
+    deadline = time.monotonic() + 30
+    while http.get(f"/v1/flow-jobs/{job_id}").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    r = http.get(f"/v1/flow-jobs/{job_id}")  # ...and purged by the server's own timer
+    assert (r.status_code, error_code(r)) == (404, "not_found")
+    assert http.get("/v1/flows/r/jobs?key=u&value=x").json()["jobs"] == []
+
+
+def test_the_limiter_delays_a_job_instead_of_handing_it_out(http):
+    declare(http, {"name": "lim", "stages": [
+        {"name": "api", "limiter": {"reservoir": 1, "intervalMs": 3600000, "groupJobKey": "g"}}]})
+    first = create(http, "lim", params={"g": "a"})
+    second = create(http, "lim", params={"g": "a"})
+    other = create(http, "lim", params={"g": "b"})
+    assert lease(http, "api")["job"]["id"] == first
+    assert lease(http, "api")["job"] is None  # over the limit: delayed, not handed out
+    assert lease(http, "api")["job"]["id"] == other  # another group counts apart
+    fields = get(http, second)["fields"]
+    assert fields["delayReason"] == "rate limited" and fields["delay"] is True
+    position = http.get(f"/v1/flow-jobs/{second}/position").json()
+    assert position["state"] == "delayed" and position["ready_at_ms"] == fields["delayReadyTimestamp"]
