@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::flows::Limiter;
-use crate::Millis;
+use crate::flows::{FlowStatus, Limiter, Touched};
+use crate::{Engine, JobId, Millis};
 
 /// Most groups whose counts are kept; past it, counts of windows that are over are dropped.
 const MAX_GROUPS: usize = 100_000;
@@ -76,5 +76,54 @@ impl Limits {
         let ahead = *waiting / limiter.reservoir as u64;
         *waiting += 1;
         Some((window + 1 + ahead).saturating_mul(interval))
+    }
+}
+
+impl Engine {
+    /// Applies the stage's limiter to a hand-out of job `id`: `Ok` if it may go out now
+    /// (true if that cleared its delay fields), else `Err` with when it may.
+    pub(crate) fn flow_admit(
+        &mut self,
+        id: &str,
+        limiter: &Limiter,
+        now: Millis,
+    ) -> Result<bool, Millis> {
+        let job = &self.flows.jobs[id];
+        let group = group_of(limiter, &job.fields);
+        let was_waiting = job.fields.get("delayReason").and_then(Value::as_str)
+            == Some(RATE_LIMITED)
+            && job.fields.get("delay") == Some(&Value::Bool(true));
+        let stage = job.stage.clone();
+        let out = self
+            .flows
+            .limits
+            .admit(&stage, group, limiter, was_waiting, now);
+        if let Some(ready_at) = out {
+            return Err(ready_at);
+        }
+        if was_waiting {
+            // Handed out at last: Guild clears the delay fields of a limited job here.
+            let job = self.flows.jobs.get_mut(id).expect("job exists");
+            for key in ["delay", "delayReadyTimestamp", "delayReason"] {
+                job.fields.remove(key);
+            }
+        }
+        Ok(was_waiting)
+    }
+
+    /// Delays a job the limiter held back, logged (the lease the engine made ends).
+    pub(crate) fn flow_limit(&mut self, id: &str, engine_id: JobId, ready_at: Millis, now: Millis) {
+        self.flow_dequeue(engine_id);
+        let job = self.flows.jobs.get_mut(id).expect("job exists");
+        job.fields.insert("delay".into(), true.into());
+        job.fields
+            .insert("delayReadyTimestamp".into(), ready_at.into());
+        job.fields.insert("delayReason".into(), RATE_LIMITED.into());
+        job.status = FlowStatus::Delayed;
+        job.ready_at = ready_at;
+        self.flow_enqueue(id, now);
+        let mut touched = Touched::default();
+        touched.put(id);
+        self.log_flow_jobs(touched);
     }
 }

@@ -8,14 +8,16 @@
 //! record ([`FlowJob`]), logged whole by each transition ([`FlowChange`]).
 //!
 //! Files: `definition` (declared flows), `record` (the job record, the log record),
-//! `create` (new jobs, reads, lookups), `limiter` (rate limits), `work` (lease, heartbeat, complete, fail, delay,
-//! lease expiry), `fanout` (children and fan-in), `removal` (delete, retention) and
-//! `replay` (recovery and snapshots).
+//! `create` (new jobs, reads, lookups), `work` (lease, heartbeat, complete, fail, delay),
+//! `moves` (routing, retries, ends, lease expiry), `limiter` (rate limits), `fanout`
+//! (children and fan-in), `removal` (delete, retention) and `replay` (recovery and
+//! snapshots).
 
 mod create;
 mod definition;
 mod fanout;
 mod limiter;
+mod moves;
 mod record;
 mod removal;
 mod replay;
