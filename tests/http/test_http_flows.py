@@ -294,6 +294,9 @@ def test_plain_routes_cannot_touch_flow_stage_queues(http):
     for path, body in (("/v1/queues/flows%2Fprep/jobs", {}), ("/v1/lease", {"queues": ["flows/prep"]})):
         r = http.post(path, json=body)
         assert (r.status_code, error_code(r)) == (400, "bad_queue_name"), path
+    engine_id = http.get("/v1/queues/flows%2Fprep/jobs").json()["jobs"][0]["id"]
+    r = http.delete(f"/v1/jobs/{engine_id}")
+    assert (r.status_code, error_code(r)) == (400, "bad_request")
     assert lease(http, "prep")["job"] is not None
 
 

@@ -167,6 +167,11 @@ pub async fn delete(
     let lsn = {
         let mut txn = api.broker.lock();
         let job = txn.job(id).ok_or_else(|| ApiError::job_not_found(id))?;
+        if txn.is_flow_engine_job(id) {
+            return Err(ApiError::bad_request(format!(
+                "job {id} stands for a flow job in its stage: delete it with DELETE /v1/flow-jobs/{{id}}"
+            )));
+        }
         let conn = match (job.state, &worker) {
             (JobState::Reserved, Some(w)) => holder(&txn, w.conn, id, q.token)?,
             (JobState::Reserved, None) => return Err(ApiError::leased(id)),
