@@ -108,5 +108,49 @@ def test_every_reply_matches_its_schema(http):
     c.call("DELETE", f"/v1/workers/{w}")
     c.call("DELETE", f"/v1/workers/{w}")
     c.call("POST", "/v1/queues/s1/jobs", data=b"{")
+    flow_scenario(c)
     described = {(m.upper(), p) for p, item in DOC["paths"].items() for m in item}
     assert described == c.seen, described ^ c.seen
+
+
+def flow_scenario(c):
+    """Every flow route, in a flow with a fan-out."""
+    flow = {"name": "f", "lookupAttributes": ["u"], "stages": [
+        {"name": "a", "next": "b"},
+        {"name": "b", "next": "c", "children": [{"name": "k"}]},
+        {"name": "c", "maxRetries": 1}]}
+    c.call("POST", "/v1/flows", json=flow)
+    c.call("POST", "/v1/flows", json=flow)
+    c.call("POST", "/v1/flows", json={"name": "g", "stages": []})
+    c.call("GET", "/v1/flows")
+    c.call("GET", "/v1/flows/f")
+    c.call("GET", "/v1/flows/nope")
+    job = c.call("POST", "/v1/flows/f/jobs", json={"params": {"u": 1}, "idempotency_key": "k"})["id"]
+    c.call("POST", "/v1/flows/f/jobs", json={"idempotency_key": "k"})
+    c.call("POST", "/v1/flows/f/jobs", json={"priority": 9})
+    c.call("POST", "/v1/flows/nope/jobs", json={})
+    c.call("GET", "/v1/flows/f/jobs?key=u&value=1&resolve_children=true")
+    c.call("GET", f"/v1/flow-jobs/{job}/position")
+    lease = c.call("POST", "/v1/stages/a/lease", json={"wait_ms": 1000})
+    w, token = lease["worker"], lease["job"]["token"]
+    c.call("POST", "/v1/stages/a/lease", json={"worker": w})
+    c.call("POST", "/v1/stages/nope/lease", json={})
+    c.call("POST", f"/v1/flow-jobs/{job}/heartbeat", json={"worker": w, "token": token})
+    c.call("POST", f"/v1/flow-jobs/{job}/delay",
+           json={"worker": w, "token": token, "ready_at_ms": 0, "reason": "r"})
+    lease = c.call("POST", "/v1/stages/a/lease", json={"worker": w, "wait_ms": 5000})
+    token = lease["job"]["token"]
+    c.call("POST", f"/v1/flow-jobs/{job}/complete", json={"worker": w, "token": token + 1})
+    c.call("POST", f"/v1/flow-jobs/{job}/complete",
+           json={"worker": w, "token": token, "result": {"children:b:params": [{"childName": "k"}]}})
+    child = c.call("GET", f"/v1/flow-jobs/{job}?resolve_children=true")["fields"]["children:b:jobs"][0]
+    lease = c.call("POST", "/v1/stages/b:k/lease", json={"worker": w})
+    c.call("POST", f"/v1/flow-jobs/{child['id']}/complete",
+           json={"worker": w, "token": lease["job"]["token"], "result": {"done": True}})
+    lease = c.call("POST", "/v1/stages/c/lease", json={"worker": w})
+    c.call("POST", f"/v1/flow-jobs/{job}/fail",
+           json={"worker": w, "token": lease["job"]["token"], "error": "e"})
+    c.call("GET", f"/v1/flow-jobs/{job}?fields=done")
+    c.call("GET", "/v1/flow-jobs/nope")
+    c.call("DELETE", f"/v1/flow-jobs/{job}")
+    c.call("DELETE", f"/v1/flow-jobs/{job}")

@@ -62,4 +62,7 @@ pub enum Change {
         pri: u32,
         attrs: Option<Bytes>,
     },
+    /// A flow transition or definition ([`crate::flows::FlowChange`], as bytes): every flow
+    /// job one transition changed, whole, in one record.
+    Flow(Bytes),
 }

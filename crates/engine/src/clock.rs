@@ -7,7 +7,10 @@ use crate::{ConnId, Engine, JobId, Millis};
 impl Engine {
     /// When [`Engine::tick`] next has work to do.
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.timers.next()
+        match (self.timers.next(), self.next_flow_purge()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Does everything that was due at or before `now`: delayed jobs become ready, leases
@@ -20,7 +23,7 @@ impl Engine {
                     self.leave_state(id);
                     self.enter_ready(id);
                 }
-                Timer::Lease(id) => self.expire_lease(id),
+                Timer::Lease(id) => self.expire_lease(id, now),
                 Timer::Unpause(q) => {
                     let queue = self.queue_mut(q);
                     queue.paused_until = 0;
@@ -33,6 +36,9 @@ impl Engine {
             }
             self.serve_waiters(now);
         }
+        if self.next_flow_purge().is_some_and(|at| at <= now) {
+            self.purge_flow_jobs(now);
+        }
     }
 
     fn end_wait(&mut self, conn: ConnId, kind: NoticeKind) {
@@ -41,10 +47,13 @@ impl Engine {
         }
     }
 
-    fn expire_lease(&mut self, id: JobId) {
+    fn expire_lease(&mut self, id: JobId, now: Millis) {
         let job = self.jobs.get_mut(&id).expect("leased job exists");
         job.timeouts += 1;
         let (owner, q) = (job.owner, job.queue);
+        if self.flows.by_engine.contains_key(&id) {
+            return self.flow_lease_expired(id, owner, now);
+        }
         self.leave_state(id);
         self.enter_ready(id);
         self.job_timeouts += 1;

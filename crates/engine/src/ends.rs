@@ -23,6 +23,9 @@ impl Engine {
     /// is logged in the same record as the end (a plain delete record when there is none),
     /// and every watcher is told.
     pub fn finish(&mut self, conn: ConnId, id: JobId, end: JobEnd) -> bool {
+        if self.is_flow_engine_job(id) {
+            return false; // a flow job ends by a flow transition, never behind its record
+        }
         match self.jobs.get(&id) {
             Some(j) if j.state != JobState::Reserved || j.owner == conn => {}
             _ => return false,

@@ -87,6 +87,8 @@ pub struct Engine {
     /// The latest time an operation passed in: operations that take no time of their own
     /// (a delete) serve waiters as of then.
     pub(crate) last_now: Millis,
+    /// Flow definitions and flow jobs (see [`crate::flows`]).
+    pub(crate) flows: crate::flows::Flows,
 }
 
 impl Default for Engine {
@@ -119,6 +121,7 @@ impl Engine {
             watchers: HashMap::new(),
             fenced: HashSet::new(),
             last_now: 0,
+            flows: crate::flows::Flows::default(),
         }
     }
 

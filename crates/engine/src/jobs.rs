@@ -60,7 +60,7 @@ impl Engine {
 
     /// Estimated bytes the durable jobs would take in a fresh log.
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes
+        self.live_bytes + self.flows.bytes
     }
 
     /// Creates a job. A delay of zero makes it ready at once.

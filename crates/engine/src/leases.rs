@@ -47,7 +47,7 @@ impl Engine {
 
     /// Sets a leased job aside until it is kicked.
     pub fn bury(&mut self, conn: ConnId, id: JobId, pri: u32) -> bool {
-        if !self.holds(conn, id) {
+        if !self.holds(conn, id) || self.is_flow_engine_job(id) {
             return false;
         }
         self.leave_state(id);
@@ -160,6 +160,9 @@ impl Engine {
     /// Sets a ready or delayed job aside (an operator's action; a worker buries the job it
     /// holds with [`Engine::bury`]). A leased job is left to its holder.
     pub fn bury_job(&mut self, id: JobId) -> bool {
+        if self.is_flow_engine_job(id) {
+            return false;
+        }
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };

@@ -13,6 +13,7 @@ mod change;
 mod clock;
 mod ends;
 mod engine;
+pub mod flows;
 mod job;
 mod jobs;
 mod leases;

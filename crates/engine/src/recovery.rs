@@ -104,6 +104,7 @@ impl Engine {
                     self.drop_queue_if_unreferenced(from);
                 }
             }
+            Change::Flow(bytes) => self.replay_flow(&bytes),
         }
         self.to_serve.clear();
     }
@@ -128,11 +129,13 @@ impl Engine {
     /// themselves: the caller holds the engine lock meanwhile, and touching a million
     /// boxed jobs would stall every connection for a tenth of a second.
     pub fn snapshot_order(&self) -> Vec<JobId> {
-        let mut ids = Vec::with_capacity(self.jobs.len());
+        let mut ids = self.flow_snapshot_slots();
+        ids.reserve(self.jobs.len());
+        let flow_slots = ids.len();
         for queue in self.queues() {
             ids.extend(queue.buried.iter().map(|&(_, id)| id));
         }
-        if ids.is_empty() {
+        if ids.len() == flow_slots {
             ids.extend(self.jobs.keys().copied());
         } else {
             let listed: HashSet<JobId> = ids.iter().copied().collect();
@@ -142,20 +145,23 @@ impl Engine {
     }
 
     /// `Put` changes for those of `ids` that still exist and are durable, each in its
-    /// current state (leased jobs as ready).
+    /// current state (leased jobs as ready), and flow records for the flow slots.
     pub fn snapshot_of(&self, ids: &[JobId]) -> Vec<Change> {
-        ids.iter()
-            .filter_map(|id| self.jobs.get(id))
-            .filter(|job| job.durable)
-            .map(|job| {
-                let state = match job.state {
-                    JobState::Buried => PutState::Buried,
-                    JobState::Delayed => PutState::Delayed(job.due),
-                    JobState::Ready | JobState::Reserved => PutState::Ready,
-                };
-                self.put_change(job, state)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match self.jobs.get(&id) {
+                Some(job) if job.durable => {
+                    let state = match job.state {
+                        JobState::Buried => PutState::Buried,
+                        JobState::Delayed => PutState::Delayed(job.due),
+                        JobState::Ready | JobState::Reserved => PutState::Ready,
+                    };
+                    out.push(self.put_change(job, state));
+                }
+                _ => self.flow_snapshot_of(id, &mut out),
+            }
+        }
+        out
     }
 
     pub(crate) fn put_change(&self, job: &Job, state: PutState) -> Change {

@@ -25,7 +25,8 @@ impl Engine {
         now: Millis,
     ) -> bool {
         self.saw(now);
-        if !self.holds(conn, id) || self.unique_of.contains_key(&id) {
+        if !self.holds(conn, id) || self.unique_of.contains_key(&id) || self.is_flow_engine_job(id)
+        {
             return false;
         }
         self.leave_state(id);

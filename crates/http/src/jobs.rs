@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::extract::{job_id, JsonBody, Params, PathText};
 use crate::leases::holder;
 use crate::limits::{BODY_PREVIEW_BYTES, MAX_WAIT_MS};
-use crate::queues::check_queue_name;
+use crate::queues::check_plain_queue;
 use crate::state::{Api, Command};
 
 /// Priority of a job put without one: Gearman's normal priority, so HTTP and Gearman jobs
@@ -67,7 +67,7 @@ pub async fn put(
     JsonBody(req): JsonBody<PutRequest>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     api.count(Command::Put);
-    check_queue_name(&queue)?;
+    check_plain_queue(&queue)?;
     let req = req.checked(api.config.max_job_size)?;
     if api.broker.draining() {
         return Err(ApiError::draining());
@@ -167,6 +167,11 @@ pub async fn delete(
     let lsn = {
         let mut txn = api.broker.lock();
         let job = txn.job(id).ok_or_else(|| ApiError::job_not_found(id))?;
+        if txn.is_flow_engine_job(id) {
+            return Err(ApiError::bad_request(format!(
+                "job {id} stands for a flow job in its stage: delete it with DELETE /v1/flow-jobs/{{id}}"
+            )));
+        }
         let conn = match (job.state, &worker) {
             (JobState::Reserved, Some(w)) => holder(&txn, w.conn, id, q.token)?,
             (JobState::Reserved, None) => return Err(ApiError::leased(id)),

@@ -22,7 +22,7 @@ use crate::encoding::{attributes_in, attributes_out, bytes_in, bytes_out};
 use crate::error::ApiError;
 use crate::extract::{job_id, JsonBody, PathText};
 use crate::limits::{MAX_LEASE_MS, MAX_LEASE_QUEUES, MAX_WAIT_MS};
-use crate::queues::check_queue_name;
+use crate::queues::check_plain_queue;
 use crate::state::{Api, Command};
 use crate::workers::Worker;
 
@@ -70,7 +70,15 @@ struct LeaseWait<'a> {
     mailbox: tokio::sync::MutexGuard<'a, Mailbox>,
     queues: Vec<QueueId>,
     settled: bool,
+    /// Turns a job the engine leased to the worker into the reply's job.
+    hand: HandOut,
+    /// The lease length the request asked for (the hand-out may need it).
+    lease_ms: Option<u64>,
 }
+
+/// Fences a job the engine just leased to `conn` and describes it for the worker (`None`
+/// if it cannot be handed out after all). Plain jobs and flow jobs differ only here.
+pub(crate) type HandOut = fn(&mut Txn<'_>, ConnId, JobId, Option<u64>) -> Option<Value>;
 
 impl LeaseWait<'_> {
     /// Gives the queue references back within `txn`; the request has its answer.
@@ -108,10 +116,10 @@ fn give_back_strays(txn: &mut Txn<'_>, conn: ConnId, mailbox: &mut Mailbox) {
 
 /// A lease request that passed every check.
 pub(crate) struct CheckedLease {
-    worker: Option<String>,
-    queues: Vec<String>,
-    lease: Lease,
-    wait_ms: u64,
+    pub(crate) worker: Option<String>,
+    pub(crate) queues: Vec<String>,
+    pub(crate) lease: Lease,
+    pub(crate) wait_ms: u64,
 }
 
 impl LeaseRequest {
@@ -123,7 +131,7 @@ impl LeaseRequest {
             )));
         }
         for q in &self.queues {
-            check_queue_name(q)?;
+            check_plain_queue(q)?;
         }
         let lease = match check_lease_ms(self.lease_ms)? {
             None => Lease::JobTtr,
@@ -145,7 +153,7 @@ impl LeaseRequest {
 }
 
 /// A lease length is 1 to [`MAX_LEASE_MS`] milliseconds.
-fn check_lease_ms(ms: Option<u64>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn check_lease_ms(ms: Option<u64>) -> Result<Option<u64>, ApiError> {
     match ms {
         Some(ms) if !(1..=MAX_LEASE_MS).contains(&ms) => Err(ApiError::bad_request(format!(
             "lease_ms is 1 to {MAX_LEASE_MS}"
@@ -161,12 +169,26 @@ pub async fn lease(
     JsonBody(req): JsonBody<LeaseRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::Lease);
+    lease_for(&api, req.checked()?, plain_hand_out).await
+}
+
+/// Leases the best ready job of the queues for a worker session, or waits for one (long
+/// poll); `hand` fences it and describes it before the answer.
+pub(crate) async fn lease_for(
+    api: &Api,
+    checked: CheckedLease,
+    hand: HandOut,
+) -> Result<Json<Value>, ApiError> {
     let CheckedLease {
         worker,
         queues,
         lease,
         wait_ms,
-    } = req.checked()?;
+    } = checked;
+    let lease_ms = match lease {
+        Lease::For(ms) => Some(ms),
+        _ => None,
+    };
     let worker: Arc<Worker> = match &worker {
         Some(w) => api.workers.get(w)?,
         None => api.workers.create(&api.broker, &api.gate, &api.metrics)?,
@@ -177,11 +199,13 @@ pub async fn lease(
         .map_err(|_| ApiError::worker_busy())?;
     let mut shutdown = api.gate.shutdown_signal();
     let mut wait = LeaseWait {
-        api: &api,
+        api,
         worker: &worker,
         mailbox,
         queues: Vec::new(),
         settled: false,
+        hand,
+        lease_ms,
     };
     let first = {
         let mut txn = api.broker.lock();
@@ -213,7 +237,7 @@ pub async fn lease(
         }
     };
     if let Some(handed) = first {
-        return answer(&api, &worker, handed).await;
+        return answer(api, &worker, handed).await;
     }
     // Past the engine's own timeout by a margin: the engine's timer answers first; this
     // only bounds the wait if that notice were lost.
@@ -247,7 +271,7 @@ pub async fn lease(
             }
         };
         return match handed {
-            Ok(handed) => answer(&api, &worker, handed).await,
+            Ok(handed) => answer(api, &worker, handed).await,
             Err(None) => Ok(Json(no_job(&worker))),
             Err(Some(e)) => Err(e),
         };
@@ -258,10 +282,16 @@ pub async fn lease(
 /// fenced), and the log position of its fence.
 type Handed = (Option<Value>, jobyard_broker::Lsn);
 
-/// Fences a leased job and describes it for the worker.
+/// Hands a leased job out with the request's hand-out, and ends the request's wait.
 fn hand_out(txn: &mut Txn<'_>, wait: &mut LeaseWait<'_>, id: JobId) -> Option<Value> {
-    let conn = wait.worker.conn;
-    let job = txn.fence(conn, id).map(|token| {
+    let job = (wait.hand)(txn, wait.worker.conn, id, wait.lease_ms);
+    wait.settle(txn);
+    job
+}
+
+/// Fences a leased plain job and describes it for the worker.
+fn plain_hand_out(txn: &mut Txn<'_>, conn: ConnId, id: JobId, _: Option<u64>) -> Option<Value> {
+    txn.fence(conn, id).map(|token| {
         let job = txn.job(id).expect("fenced job exists");
         let mut obj = Map::new();
         obj.insert("id".into(), id.into());
@@ -277,9 +307,7 @@ fn hand_out(txn: &mut Txn<'_>, wait: &mut LeaseWait<'_>, id: JobId) -> Option<Va
         bytes_out(&mut obj, "body", &job.body);
         attributes_out(&mut obj, txn.attrs_of(id));
         Value::Object(obj)
-    });
-    wait.settle(txn);
-    job
+    })
 }
 
 async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> Result<Json<Value>, ApiError> {
@@ -482,7 +510,7 @@ pub(crate) struct CheckedRoute {
 impl RouteRequest {
     /// Checks the queue name and the attributes' size.
     pub(crate) fn checked(self) -> Result<CheckedRoute, ApiError> {
-        check_queue_name(&self.queue)?;
+        check_plain_queue(&self.queue)?;
         Ok(CheckedRoute {
             attrs: attributes_in(self.attributes)?,
             worker: self.worker,

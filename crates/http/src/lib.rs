@@ -14,6 +14,12 @@
 mod encoding;
 mod error;
 mod extract;
+mod flow_errors;
+/// Entry points for the flow request fuzz target (fuzz/).
+pub mod flow_fuzz;
+mod flow_jobs;
+mod flow_work;
+mod flows;
 mod jobs;
 mod leases;
 /// Every bound on what a client sends (docs/http-api.md, "Limits").

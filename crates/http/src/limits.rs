@@ -20,6 +20,12 @@ pub const MAX_PAGE: usize = 1000;
 pub const DEFAULT_PAGE: usize = 100;
 /// Bytes of a body shown in a job's description.
 pub const BODY_PREVIEW_BYTES: usize = 256;
+/// A flow job's parameters, or one stage's result, once serialized as JSON.
+pub const MAX_FIELDS_BYTES: usize = 256 << 10;
+/// A flow job's idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 200;
+/// How far ahead a flow job may be delayed (one year).
+pub const MAX_DELAY_MS: u64 = 366 * 86_400_000;
 /// Room in a request body for everything besides the job body (attributes, fields).
 const REQUEST_OVERHEAD: usize = 256 << 10;
 

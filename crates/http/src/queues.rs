@@ -36,6 +36,19 @@ pub fn check_queue_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A queue a plain job may be put into, leased from or routed to: a valid name outside
+/// the flow stages' queues (`flows/...`), whose jobs move only by flow transitions.
+pub fn check_plain_queue(name: &str) -> Result<(), ApiError> {
+    check_queue_name(name)?;
+    if name.starts_with(jobyard_engine::flows::STAGE_QUEUE_PREFIX) {
+        return Err(ApiError::bad_queue_name(format!(
+            "queues named {}... hold flow stages: use /v1/stages/{{stage}}/lease",
+            jobyard_engine::flows::STAGE_QUEUE_PREFIX
+        )));
+    }
+    Ok(())
+}
+
 fn counts(name: &[u8], queue: Option<&Queue>, now: u64) -> Value {
     let mut obj = Map::new();
     bytes_out(&mut obj, "name", name);

@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 16] = [
+pub const COMMAND_NAMES: [&str; 29] = [
     "put",
     "get-job",
     "delete-job",
@@ -59,6 +59,19 @@ pub const COMMAND_NAMES: [&str; 16] = [
     "list-jobs",
     "health",
     "route",
+    "declare-flow",
+    "list-flows",
+    "flow-counts",
+    "create-flow-job",
+    "get-flow-job",
+    "flow-jobs-by-key",
+    "delete-flow-job",
+    "flow-job-position",
+    "lease-stage",
+    "flow-heartbeat",
+    "flow-complete",
+    "flow-fail",
+    "flow-delay",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -80,6 +93,19 @@ pub enum Command {
     ListJobs,
     Health,
     Route,
+    DeclareFlow,
+    ListFlows,
+    FlowCounts,
+    CreateFlowJob,
+    GetFlowJob,
+    FlowJobsByKey,
+    DeleteFlowJob,
+    FlowJobPosition,
+    LeaseStage,
+    FlowHeartbeat,
+    FlowComplete,
+    FlowFail,
+    FlowDelay,
 }
 
 impl Api {

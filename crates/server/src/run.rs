@@ -77,6 +77,18 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
 async fn serve(settings: Settings) -> Result<(), Fatal> {
     let broker = open_broker(&settings)?;
     broker.start();
+    // Flows of the config are declared (logged only when new or changed) before any
+    // front end can create jobs in them.
+    if !settings.flows.is_empty() {
+        let lsn = {
+            let mut txn = broker.lock();
+            for flow in settings.flows.iter().cloned() {
+                txn.define_flow(flow);
+            }
+            txn.commit()
+        };
+        broker.wait_durable(lsn).await;
+    }
 
     // systemd socket activation replaces the configured addresses, as in beanstalkd.
     let mut activated =

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use jobyard_engine::flows::FlowDefinition;
 use jobyard_storage::FsyncMode;
 
 /// Everything the server needs to start.
@@ -41,6 +42,8 @@ pub struct Settings {
     pub http_listen: Option<String>,
     /// An HTTP worker session with no request and no lease for this long ends.
     pub http_worker_idle: Duration,
+    /// Flows declared at start (`--flows`), validated. Behind one pointer, as `gearman`.
+    pub flows: std::sync::Arc<Vec<FlowDefinition>>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
@@ -120,6 +123,10 @@ pub struct ServeArgs {
     /// milliseconds ends [default: 60000].
     #[arg(long, env = "JOBYARD_HTTP_WORKER_IDLE_MS")]
     pub http_worker_idle_ms: Option<u64>,
+    /// TOML file of flow definitions (`[[flows]]` tables, docs/http-api.md "Flows") declared at start;
+    /// in the config file, the `[[flows]]` tables may stand in it instead of a path.
+    #[arg(long, env = "JOBYARD_FLOWS")]
+    pub flows: Option<String>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -193,6 +200,10 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
             ));
         }
         let value = match value {
+            // Flow definitions written in the config itself travel to `--flows` as JSON.
+            toml::Value::Array(flows) if key == "flows" => {
+                serde_json::to_string(&flows).expect("TOML values serialize as JSON")
+            }
             toml::Value::String(s) => s,
             toml::Value::Integer(n) => n.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
@@ -212,6 +223,35 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
         }
         sc
     }))
+}
+
+/// The flow definitions of `--flows`: a TOML file of `[[flows]]` tables, or (from the
+/// config file) the tables themselves as JSON. Each is validated; a name twice is an error.
+fn load_flows(source: &str) -> Result<Vec<FlowDefinition>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FlowsFile {
+        #[serde(default)]
+        flows: Vec<FlowDefinition>,
+    }
+    let flows: Vec<FlowDefinition> = if source.starts_with('[') {
+        serde_json::from_str(source).map_err(|e| format!("bad flows in the config: {e}"))?
+    } else {
+        let text = std::fs::read_to_string(source)
+            .map_err(|e| format!("cannot read flows file {source}: {e}"))?;
+        toml::from_str::<FlowsFile>(&text)
+            .map_err(|e| format!("bad flows file {source}: {e}"))?
+            .flows
+    };
+    let mut names = std::collections::HashSet::new();
+    for flow in &flows {
+        flow.validate()
+            .map_err(|e| format!("bad flow {:?}: {e}", flow.name))?;
+        if !names.insert(flow.name.clone()) {
+            return Err(format!("flow {:?} is declared twice", flow.name));
+        }
+    }
+    Ok(flows)
 }
 
 impl ServeArgs {
@@ -252,6 +292,10 @@ impl ServeArgs {
             http_worker_idle: self
                 .http_worker_idle_ms
                 .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
+            flows: std::sync::Arc::new(match &self.flows {
+                Some(source) => load_flows(source)?,
+                None => Vec::new(),
+            }),
             gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
@@ -367,6 +411,30 @@ mod tests {
         assert!(err.contains("no_such_key"), "{err}");
         std::fs::write(&path, "threads = [1]\n").unwrap();
         assert!(serve(&["--config", cfg]).unwrap_err().contains("threads"));
+    }
+
+    #[test]
+    fn flows_come_from_the_config_or_a_file_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        let cfg = path.to_str().unwrap();
+        let flow = "[[flows]]\nname = \"f\"\nlookupAttributes = [\"u\"]\n\
+                    [[flows.stages]]\nname = \"a\"\nnext = \"b\"\n\
+                    [[flows.stages]]\nname = \"b\"\npriorities = 3\n";
+        std::fs::write(&path, format!("http_listen = \"off\"\n{flow}")).unwrap();
+        let s = serve(&["--config", cfg]).unwrap();
+        assert_eq!(s.flows.len(), 1);
+        assert_eq!(s.flows[0].stages[1].priorities, 3);
+        let file = dir.path().join("flows.toml");
+        std::fs::write(&file, flow).unwrap();
+        let s = serve(&["--flows", file.to_str().unwrap()]).unwrap();
+        assert_eq!(s.flows[0].lookup_attributes, ["u"]);
+        std::fs::write(&file, flow.replace("next = \"b\"", "next = \"z\"")).unwrap();
+        let err = serve(&["--flows", file.to_str().unwrap()]).unwrap_err();
+        assert!(err.contains("\"z\""), "{err}");
+        std::fs::write(&file, format!("{flow}{flow}")).unwrap();
+        let err = serve(&["--flows", file.to_str().unwrap()]).unwrap_err();
+        assert!(err.contains("twice"), "{err}");
     }
 
     #[test]

@@ -27,6 +27,8 @@ const ATTEMPT: u8 = 9;
 const SEGMENT_END: u8 = 0xE0;
 /// A leased job moved to another queue (the next stage of a multi-stage job).
 const ROUTE: u8 = 10;
+/// A flow transition or definition: opaque bytes the engine encodes (`flows::FlowChange`).
+const FLOW: u8 = 11;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -210,6 +212,10 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             put_opt_bytes(out, Some(queue));
             put_opt_bytes(out, attrs.as_deref());
         }
+        Change::Flow(bytes) => {
+            out.put_u8(FLOW);
+            put_opt_bytes(out, Some(bytes));
+        }
     }
 }
 
@@ -392,6 +398,10 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
                 attrs: r.opt_bytes()?.map(Bytes::copy_from_slice),
             }
         }
+        FLOW => {
+            let bytes = r.opt_bytes()?.ok_or(DecodeError::Truncated)?;
+            Change::Flow(Bytes::copy_from_slice(bytes))
+        }
         other => return Err(DecodeError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -538,7 +548,21 @@ mod tests {
                 pri: 0,
                 attrs: None,
             },
+            Change::Flow(Bytes::from_static(b"{\"define\":{}}")),
         ]
+    }
+
+    /// A flow record's bytes are pinned: type 11, then the engine's bytes with a u32 length.
+    #[test]
+    fn a_flow_record_has_its_pinned_layout() {
+        let mut buf = Vec::new();
+        encode_change(&Change::Flow(Bytes::from_static(b"{}")), &mut buf);
+        assert_eq!(&buf[FRAME_HEADER..], &[11, 2, 0, 0, 0, b'{', b'}']);
+        assert_eq!(
+            decode_change(&[11, 2, 0, 0, 0, b'{', b'}']).unwrap(),
+            Change::Flow(Bytes::from_static(b"{}"))
+        );
+        assert!(decode_change(&[11, 0xFF, 0xFF, 0xFF, 0xFF]).is_err());
     }
 
     /// Records as the first release of the log format wrote them: a later version must
