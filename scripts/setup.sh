@@ -40,6 +40,8 @@ done
 if ! $PY -m pip --version >/dev/null 2>&1; then
   have_deb python3-pip || need_apt+=(python3-pip)
 fi
+# Node.js runs the Node client's tests (clients/node); any Node >= 20 on the PATH will do.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -84,6 +86,7 @@ fi
 $PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, zmq' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
+command -v node >/dev/null || { echo "setup: node is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \
   || { echo "setup: the gearman/gearadmin tools are missing" >&2; exit 1; }
 php -m | grep -qx gearman || { echo "setup: php-gearman is not loaded" >&2; exit 1; }

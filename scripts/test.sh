@@ -3,7 +3,8 @@
 #   1. installs what the tests need (scripts/setup.sh, idempotent)
 #   2. formatting and lints
 #   3. unit, property and black-box tests (cargo test: builds the real binary)
-#   4. real-client, crash and smoke tests against the built binary (pytest)
+#   4. real-client, crash and smoke tests against the built binary (pytest), and the Node
+#      client's tests (node --test)
 #   5. every fuzz target for a few seconds (scripts/fuzz.sh; needs a nightly toolchain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,6 @@ cargo build --workspace --quiet
 # CI's own limit; pytest also stops any single test after pytest.ini's timeout.
 timeout --foreground 1500 cargo test --workspace --quiet 2>&1 | tee target/cargo-test.log
 timeout --foreground 1500 python3 -m pytest -q -rfE tests
+# The Node client (clients/node) against the real server, with Node's own test runner.
+timeout --foreground 600 node --test --test-timeout=120000 clients/node/test/*.test.js
 bash scripts/fuzz.sh "${JOBYARD_FUZZ_SECONDS:-10}"

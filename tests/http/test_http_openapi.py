@@ -131,6 +131,8 @@ def flow_scenario(c):
     c.call("POST", "/v1/flows/nope/jobs", json={})
     c.call("GET", "/v1/flows/f/jobs?key=u&value=1&resolve_children=true")
     c.call("GET", f"/v1/flow-jobs/{job}/position")
+    c.call("GET", "/v1/stages/a/jobs")
+    c.call("GET", "/v1/stages/a/jobs?limit=0")
     lease = c.call("POST", "/v1/stages/a/lease", json={"wait_ms": 1000})
     w, token = lease["worker"], lease["job"]["token"]
     c.call("POST", "/v1/stages/a/lease", json={"worker": w})

@@ -166,6 +166,39 @@ pub async fn delete(
     Ok(Json(serde_json::json!({ "id": id, "deleted": true })))
 }
 
+/// Query of a stage listing.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageJobsQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /v1/stages/{stage}/jobs`: a stage's jobs in hand-out order (waiting, then
+/// delayed, then leased), at most `limit` (1 to [`MAX_PAGE`], default [`MAX_PAGE`]) of each
+/// state; what Guild's FlowMonitor shows.
+pub async fn stage_jobs(
+    State(api): State<Api>,
+    PathText(stage): PathText,
+    Params(q): Params<StageJobsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    api.count(Command::StageJobs);
+    let limit = q.limit.unwrap_or(MAX_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit is 1 to {MAX_PAGE}")));
+    }
+    let txn = api.broker.lock();
+    let jobs: Vec<Value> = txn
+        .flow_stage_jobs(&stage, limit)
+        .into_iter()
+        .map(|j| {
+            serde_json::json!({
+                "id": j.id, "state": j.state, "priority": j.priority, "ready_at_ms": j.ready_at,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "stage": stage, "jobs": jobs })))
+}
+
 /// `GET /v1/flow-jobs/{id}/position`.
 pub async fn position(
     State(api): State<Api>,

@@ -59,6 +59,7 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
         ("POST", "/v1/flow-jobs/{id}/fail", post(flow_work::fail)),
         ("POST", "/v1/flow-jobs/{id}/delay", post(flow_work::delay)),
         ("POST", "/v1/stages/{stage}/lease", post(flow_work::lease)),
+        ("GET", "/v1/stages/{stage}/jobs", get(flow_jobs::stage_jobs)),
     ]
 }
 

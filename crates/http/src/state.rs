@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 29] = [
+pub const COMMAND_NAMES: [&str; 30] = [
     "put",
     "get-job",
     "delete-job",
@@ -67,6 +67,7 @@ pub const COMMAND_NAMES: [&str; 29] = [
     "flow-jobs-by-key",
     "delete-flow-job",
     "flow-job-position",
+    "stage-jobs",
     "lease-stage",
     "flow-heartbeat",
     "flow-complete",
@@ -101,6 +102,7 @@ pub enum Command {
     FlowJobsByKey,
     DeleteFlowJob,
     FlowJobPosition,
+    StageJobs,
     LeaseStage,
     FlowHeartbeat,
     FlowComplete,

@@ -243,3 +243,82 @@ async fn refusals_carry_the_servers_code() {
     let err = unreachable.health().await.unwrap_err();
     assert!(err.is_transient(), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_runs_through_its_stages_with_stage_workers() {
+    use jobyard_client::{FlowJobOptions, StageJob};
+    use serde_json::json;
+    let (_server, client, _data) = start();
+    client
+        .declare_flow(
+            &json!({"name": "greet", "lookupAttributes": ["who"], "stages": [
+            {"name": "hello", "next": "bye", "attributesToGet": ["who"]},
+            {"name": "bye", "attributesToGet": ["greeting"], "maxRetries": 1}]}),
+        )
+        .await
+        .unwrap();
+    let options = FlowJobOptions {
+        priority: Some(1),
+        idempotency_key: Some("once".into()),
+    };
+    let id = client
+        .create_flow_job("greet", json!({"who": "ann"}), &options)
+        .await
+        .unwrap();
+    let again = client
+        .create_flow_job("greet", json!({"who": "ann"}), &options)
+        .await
+        .unwrap();
+    assert_eq!(id, again, "the idempotency key returns the first job");
+    let tries = Arc::new(AtomicU32::new(0));
+    let counter = tries.clone();
+    let hello = client
+        .stage_worker("hello")
+        .poll_wait(Duration::from_millis(200))
+        .start(|job: StageJob| async move {
+            let who = job.input["who"].as_str().unwrap_or("?").to_string();
+            Ok::<_, Failure>(json!({ "greeting": format!("hello {who}") }))
+        });
+    let bye = client
+        .stage_worker("bye")
+        .poll_wait(Duration::from_millis(200))
+        .start(move |job: StageJob| {
+            let counter = counter.clone();
+            async move {
+                // The first try fails; the stage's one retry succeeds.
+                if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(Failure::Fail("flaky".into()));
+                }
+                Ok(json!({ "said": job.input["greeting"], "retriesSeen": job.input["retries"] }))
+            }
+        });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let state = loop {
+        let job = client
+            .flow_job(&id)
+            .await
+            .unwrap()
+            .expect("kept after its end");
+        if job["fields"]["done"] == json!(true) {
+            break job;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "flow did not finish: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (hello, bye) = (hello.stop().await, bye.stop().await);
+    assert_eq!((hello.completed, bye.failed, bye.completed), (1, 1, 1));
+    assert_eq!(state["fields"]["said"], "hello ann");
+    assert_eq!(state["fields"]["retriesSeen"], 1);
+    assert_eq!(state["fields"]["completed-queue"], "bye");
+    let found = client
+        .flow_jobs_by_key("greet", "who", "ann")
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert!(client.delete_flow_job(&id).await.unwrap());
+    assert_eq!(client.flow_job(&id).await.unwrap(), None);
+    assert!(!client.delete_flow_job(&id).await.unwrap());
+}

@@ -36,6 +36,17 @@ pub struct FlowPosition {
     pub ready_at: Option<Millis>,
 }
 
+/// One job of a stage listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageJobEntry {
+    pub id: String,
+    /// `waiting`, `delayed` or `leased`.
+    pub state: &'static str,
+    pub priority: u32,
+    /// When a delayed job is ready again.
+    pub ready_at: Option<Millis>,
+}
+
 /// Jobs of one stage by state (and, for waiting jobs, by priority).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StageCounts {
@@ -175,6 +186,31 @@ impl Engine {
             position,
             ready_at,
         })
+    }
+
+    /// The jobs of one stage in hand-out order: waiting by priority then age, then
+    /// delayed by ready time, then leased by id; at most `limit` of each state. For
+    /// monitors (Guild's FlowMonitor lists); it costs what it returns.
+    pub fn flow_stage_jobs(&self, stage: &str, limit: usize) -> Vec<StageJobEntry> {
+        let Some(q) = self.queue_id(stage_queue_name(stage).as_bytes()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for state in [JobState::Ready, JobState::Delayed, JobState::Reserved] {
+            for engine_id in self.list(q, state, None, limit).ids {
+                let (Some(job), Some(e)) = (self.flow_job_of(engine_id), self.jobs.get(&engine_id))
+                else {
+                    continue;
+                };
+                out.push(StageJobEntry {
+                    id: job.id.clone(),
+                    state: self.flow_state(job),
+                    priority: job.priority,
+                    ready_at: (e.state == JobState::Delayed).then_some(e.due),
+                });
+            }
+        }
+        out
     }
 
     /// Job counts of every stage of a flow (children included). Reads every job of the

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use crate::change::Change;
 use crate::{Engine, JobId, Millis, PutState};
 
-pub use create::{FlowPosition, NewFlowJob, StageCounts};
+pub use create::{FlowPosition, NewFlowJob, StageCounts, StageJobEntry};
 pub use definition::{
     is_valid_name, DefinitionError, FlowDefinition, Limiter, StageDefinition, MAX_DEFINITION_BYTES,
 };
