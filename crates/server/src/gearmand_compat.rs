@@ -293,6 +293,8 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             data_dir,
             beanstalk_listen: None,
             http_listen: None,
+            wmp_listen: None,
+            wmp_name: None,
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             fsync,
             max_job_size: DEFAULT_MAX_JOB_SIZE,

@@ -171,6 +171,16 @@ async fn front_ends(
             .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))?;
         front_ends.push(Box::new(http));
     }
+    if let Some(endpoint) = &settings.wmp_listen {
+        let config = jobyard_wmp::manager::ManagerConfig {
+            name: settings.wmp_name.clone(),
+            max_payload: settings.max_job_size as usize,
+            ..Default::default()
+        };
+        let wmp = jobyard_wmp::manager::WmpFrontEnd::bind(broker.clone(), endpoint, config)
+            .map_err(|e| Fatal(format!("cannot listen on {endpoint}: {e}"), 111))?;
+        front_ends.push(Box::new(wmp));
+    }
     Ok(front_ends)
 }
 

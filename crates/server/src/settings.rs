@@ -41,6 +41,10 @@ pub struct Settings {
     pub http_listen: Option<String>,
     /// An HTTP worker session with no request and no lease for this long ends.
     pub http_worker_idle: Duration,
+    /// `None`: the WMP manager is off (the default).
+    pub wmp_listen: Option<String>,
+    /// The WMP manager's name (`manager` header); `None`: `HOSTNAME:PORT`.
+    pub wmp_name: Option<String>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
@@ -120,6 +124,14 @@ pub struct ServeArgs {
     /// milliseconds ends [default: 60000].
     #[arg(long, env = "JOBYARD_HTTP_WORKER_IDLE_MS")]
     pub http_worker_idle_ms: Option<u64>,
+    /// ZeroMQ endpoint where jobyard is a 14/WMP manager (docs/wmp.md), e.g.
+    /// `tcp://127.0.0.1:5570`, or `off` [default: off].
+    #[arg(long, env = "JOBYARD_WMP_LISTEN")]
+    pub wmp_listen: Option<String>,
+    /// The WMP manager's name in WAKE/TAKE/NO; keep it stable across restarts
+    /// [default: HOSTNAME:PORT].
+    #[arg(long, env = "JOBYARD_WMP_NAME")]
+    pub wmp_name: Option<String>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -249,6 +261,8 @@ impl ServeArgs {
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
             http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
+            wmp_listen: listen(self.wmp_listen.unwrap_or_else(|| "off".into())),
+            wmp_name: self.wmp_name,
             http_worker_idle: self
                 .http_worker_idle_ms
                 .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
@@ -316,6 +330,10 @@ mod tests {
         assert_eq!(s.gearman_listen.as_deref(), Some("127.0.0.1:4730"));
         assert_eq!(s.http_listen.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(s.http_worker_idle, Duration::from_secs(60));
+        assert_eq!(
+            s.wmp_listen, None,
+            "the WMP manager is off unless asked for"
+        );
         assert_eq!(s.gearman.job_retries, 0);
         assert!(
             !s.gearman.allow_shutdown,
@@ -333,7 +351,7 @@ mod tests {
             &path,
             "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n\
              salvage = true\ngearman_allow_shutdown = true\nhttp_listen = \"off\"\n\
-             http_worker_idle_ms = 500\n",
+             http_worker_idle_ms = 500\nwmp_listen = \"tcp://127.0.0.1:5570\"\n",
         )
         .unwrap();
         let s = serve(&["--config", cfg, "--max-job-size", "20"]).unwrap();
@@ -343,6 +361,7 @@ mod tests {
         assert_eq!(s.threads, Some(1));
         assert_eq!(s.http_listen, None, "off disables the HTTP API");
         assert_eq!(s.http_worker_idle, Duration::from_millis(500));
+        assert_eq!(s.wmp_listen.as_deref(), Some("tcp://127.0.0.1:5570"));
         assert!(
             s.salvage && s.gearman.allow_shutdown,
             "booleans from the file"
