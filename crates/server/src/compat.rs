@@ -138,8 +138,7 @@ pub fn parse(args: &[String]) -> Compat {
         threads: None,
         gearman_listen: None,
         http_listen: None,
-        wmp_listen: None,
-        wmp_name: None,
+        wmp: None,
         http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         gearman: Default::default(),
     })

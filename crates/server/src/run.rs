@@ -171,9 +171,10 @@ async fn front_ends(
             .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))?;
         front_ends.push(Box::new(http));
     }
-    if let Some(endpoint) = &settings.wmp_listen {
+    if let Some(wmp) = &settings.wmp {
+        let endpoint = &wmp.listen;
         let config = jobyard_wmp::manager::ManagerConfig {
-            name: settings.wmp_name.clone(),
+            name: wmp.name.clone(),
             max_payload: settings.max_job_size as usize,
             ..Default::default()
         };

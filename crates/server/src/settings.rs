@@ -41,16 +41,23 @@ pub struct Settings {
     pub http_listen: Option<String>,
     /// An HTTP worker session with no request and no lease for this long ends.
     pub http_worker_idle: Duration,
-    /// `None`: the WMP manager is off (the default).
-    pub wmp_listen: Option<String>,
-    /// The WMP manager's name (`manager` header); `None`: `HOSTNAME:PORT`.
-    pub wmp_name: Option<String>,
+    /// `None`: the WMP manager is off (the default). Boxed to keep `Settings` small.
+    pub wmp: Option<Box<WmpSettings>>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
+
+/// The 14/WMP manager's settings (`--wmp-listen`, `--wmp-name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WmpSettings {
+    /// The ZeroMQ endpoint its ROUTER binds.
+    pub listen: String,
+    /// The `manager` header; `None`: `HOSTNAME:PORT`.
+    pub name: Option<String>,
+}
 
 /// How log lines are written (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -261,8 +268,12 @@ impl ServeArgs {
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
             http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
-            wmp_listen: listen(self.wmp_listen.unwrap_or_else(|| "off".into())),
-            wmp_name: self.wmp_name,
+            wmp: listen(self.wmp_listen.unwrap_or_else(|| "off".into())).map(|listen| {
+                Box::new(WmpSettings {
+                    listen,
+                    name: self.wmp_name,
+                })
+            }),
             http_worker_idle: self
                 .http_worker_idle_ms
                 .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
@@ -330,10 +341,7 @@ mod tests {
         assert_eq!(s.gearman_listen.as_deref(), Some("127.0.0.1:4730"));
         assert_eq!(s.http_listen.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(s.http_worker_idle, Duration::from_secs(60));
-        assert_eq!(
-            s.wmp_listen, None,
-            "the WMP manager is off unless asked for"
-        );
+        assert_eq!(s.wmp, None, "the WMP manager is off unless asked for");
         assert_eq!(s.gearman.job_retries, 0);
         assert!(
             !s.gearman.allow_shutdown,
@@ -361,7 +369,10 @@ mod tests {
         assert_eq!(s.threads, Some(1));
         assert_eq!(s.http_listen, None, "off disables the HTTP API");
         assert_eq!(s.http_worker_idle, Duration::from_millis(500));
-        assert_eq!(s.wmp_listen.as_deref(), Some("tcp://127.0.0.1:5570"));
+        assert_eq!(
+            s.wmp.as_ref().map(|w| w.listen.as_str()),
+            Some("tcp://127.0.0.1:5570")
+        );
         assert!(
             s.salvage && s.gearman.allow_shutdown,
             "booleans from the file"
