@@ -300,3 +300,42 @@ def test_bad_frames_are_dropped_and_counted_never_a_crash(manager, ctx):
     assert counts["unexpected_command"] >= 1
     assert counts["done_stale"] >= 2
     assert srv.running()
+
+
+def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx):
+    """Decision 1: the worker was woken for a job someone else took, its GIVE got NO, and
+    a new job arrives within wake_interval. It must be woken once the interval ends, without
+    sending READY again."""
+    srv = manager()
+    w = Dealer(ctx, srv.wmp)
+    w.send("READY", headers(roles="resize"))
+    w.quiet(0.3)
+    bs = beanstalk(srv)
+    bs.put(b"first")
+    assert w.recv().command == "WAKE"
+    bs.reserve(timeout=5)  # a beanstalkd worker is faster
+    w.send("GIVE", headers(lock="1", roles="resize", queue="resize"))
+    assert w.recv().command == "NO"
+    job = bs.put(b"second")
+    wake = w.recv(timeout=10)
+    assert wake.command == "WAKE" and wake.headers["queue"] == "resize"
+    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
+    take = w.recv()
+    assert take.command == "TAKE" and take.headers["job"] == str(job)
+
+
+def test_status_extends_the_lease(manager, ctx):
+    srv = manager()
+    bs = beanstalk(srv)
+    job = bs.put(b"long", ttr=1)
+    w = Dealer(ctx, srv.wmp)
+    take = w.take_one("resize")
+    h = take.headers
+    for _ in range(6):  # 1.8 s in all, longer than the 1 s lease
+        time.sleep(0.3)
+        w.send("STATUS", headers(manager=h["manager"], job=h["job"], attempt=h["attempt"],
+                                 num=1, den=2))
+    assert bs.stats_job(job)["state"] == "reserved"
+    assert bs.stats_job(job)["timeouts"] == 0
+    w.done(take)
+    wait_for(lambda: gone(bs, job), "the job after its extended lease")

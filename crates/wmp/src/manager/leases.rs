@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{
-    EndStatus, JobEnd, JobId, JobState, Lease, QueueId, ReserveOutcome, WaitMode,
+    EndStatus, JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
 };
 
 use super::core::{Manager, OutKind};
@@ -235,7 +235,8 @@ impl Manager {
         txn.commit();
     }
 
-    /// STATUS: extends the lease by the job's TTR (like beanstalkd `touch`).
+    /// STATUS: extends the lease by the job's TTR (like beanstalkd `touch`), and passes
+    /// `num`/`den` on to the job's watchers (a Gearman client gets WORK_STATUS).
     pub(crate) fn on_status(&mut self, progress: Progress) {
         let mut txn = self.broker.lock();
         if !self.holds(&txn, &progress.manager, progress.job, progress.attempt) {
@@ -243,6 +244,13 @@ impl Manager {
             return;
         }
         txn.touch(self.conn, progress.job, Broker::now());
+        if let (Some(num), Some(den)) = (progress.num, progress.den) {
+            let update = JobUpdate::Progress {
+                num: Bytes::from(num.to_string()),
+                den: Bytes::from(den.to_string()),
+            };
+            txn.publish(progress.job, update);
+        }
         txn.commit();
     }
 
