@@ -339,3 +339,37 @@ def test_status_extends_the_lease(manager, ctx):
     assert bs.stats_job(job)["timeouts"] == 0
     w.done(take)
     wait_for(lambda: gone(bs, job), "the job after its extended lease")
+
+
+def test_a_done_from_a_reconnected_worker_counts_the_path_does_not_matter(manager, ctx):
+    srv = manager()
+    bs = beanstalk(srv)
+    job = bs.put(b"keep going")
+    w = Dealer(ctx, srv.wmp, identity=b"first-life")
+    take = w.take_one("resize")
+    w.close()  # the worker restarts with another routing id
+    w2 = Dealer(ctx, srv.wmp, identity=b"second-life")
+    w2.done(take, payload=b"done anyway")
+    wait_for(lambda: gone(bs, job), "a DONE from a new connection to end the job")
+
+
+def test_ready_jobs_wake_several_workers_and_each_gets_one(manager, ctx):
+    srv = manager()
+    workers = [Dealer(ctx, srv.wmp) for _ in range(3)]
+    for w in workers:
+        w.send("READY", headers(roles="resize"))
+    time.sleep(0.3)
+    bs = beanstalk(srv)
+    jobs = {str(bs.put(b"%d" % i)) for i in range(3)}
+    got = set()
+    for i, w in enumerate(workers):
+        wake = w.recv()
+        assert wake.command == "WAKE", wake
+        w.send("GIVE", headers(lock=str(i), roles="resize", queue="resize"))
+    for w in workers:
+        reply = w.recv()
+        assert reply.command == "TAKE", reply
+        got.add(reply.headers["job"])
+        w.done(reply)
+    assert got == jobs, "three workers, three jobs, one each"
+    wait_for(lambda: all(gone(bs, int(j)) for j in jobs), "all three jobs")

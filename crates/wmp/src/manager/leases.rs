@@ -116,7 +116,9 @@ impl Manager {
         };
         let mut reserved = None;
         for queues in [preferred.into_iter().collect::<Vec<_>>(), all] {
-            if queues.is_empty() {
+            // `has_ready` first: a reserve that finds nothing looks at every lease the
+            // session holds (its soonest deadline), and the manager may hold thousands.
+            if queues.is_empty() || !txn.has_ready(&queues, now) {
                 continue;
             }
             let outcome = txn.reserve(
