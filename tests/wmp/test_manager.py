@@ -209,10 +209,7 @@ def test_a_worker_behind_a_device_and_a_pyzmq_worker_behind_two(manager, procs, 
     w.send("GIVE", headers(lock="1", roles="resize", queue="resize"), path=wake.path)
     take = w.recv()
     assert take.command == "TAKE" and take.headers["job"] == str(job), take
-    w.done_path = take.path
-    h = take.headers
-    w.send("DONE", headers(manager=h["manager"], job=h["job"], attempt=h["attempt"],
-                           status="ok"), b"", path=take.path)
+    w.done(take, path=take.path)  # back along the TAKE's alias stack
     wait_for(lambda: gone(bs, job), "the job to be done through two devices")
     # The project's worker through one device.
     procs([jobyard_bin, "wmp-worker", "--connect", d1, "--role", "resize", "--", "cat"])

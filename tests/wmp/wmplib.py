@@ -188,13 +188,14 @@ class Dealer:
         self.send("GIVE", headers(lock=lock, roles=queue, queue=queue))
         return self.recv(timeout)
 
-    def done(self, take: Msg, status="ok", payload=b"", attempt=None, **extra):
+    def done(self, take: Msg, status="ok", payload=b"", attempt=None, path=(), **extra):
         h = take.headers
         self.send(
             "DONE",
             headers(manager=h["manager"], job=h["job"], attempt=attempt or h["attempt"],
                     status=status, **extra),
             payload,
+            path,
         )
 
     def close(self):
