@@ -409,3 +409,16 @@ def test_an_http_api_job_is_run_by_a_wmp_worker_and_its_result_reaches_the_waite
     w.done(take, payload=b"image")
     waiter.join(30)
     assert answer.get("status") == "ok" and answer.get("result") == "image", answer
+
+
+def test_a_job_whose_lease_runs_out_three_times_is_buried(manager, ctx):
+    srv = manager()
+    bs = beanstalk(srv)
+    job = bs.put(b"never answered", ttr=1)
+    w = Dealer(ctx, srv.wmp)
+    for attempt in (1, 2, 3):
+        take = w.take_one("resize", lock=str(attempt))
+        assert take.headers["attempt"] == str(attempt)
+        wait_for(lambda: bs.stats_job(job)["state"] != "reserved", "the lease to run out")
+    wait_for(lambda: bs.stats_job(job)["state"] == "buried", "burial at the failure limit")
+    assert bs.stats_job(job)["timeouts"] == 3

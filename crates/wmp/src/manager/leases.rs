@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{
-    EndStatus, JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
+    JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
 };
 
 use super::core::{Manager, OutKind};
@@ -268,11 +268,7 @@ impl Manager {
             return;
         }
         if txn.watcher_count(id) > 0 {
-            let end = JobEnd {
-                error: Some(Bytes::from_static(b"lease expired")),
-                ..JobEnd::failed(None)
-            };
-            debug_assert_eq!(end.status, EndStatus::Failed);
+            let end = JobEnd::failed(Some(Bytes::from_static(b"lease expired")));
             txn.finish(self.conn, id, end);
         } else {
             txn.bury_job(id);
