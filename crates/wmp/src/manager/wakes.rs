@@ -135,11 +135,12 @@ impl Manager {
                 }
             }
         }
-        // The new set is pinned before the old one is let go, so no queue in both is dropped.
+        // The old wait ends first, so a queue it alone kept is dropped when its pin goes;
+        // the new set is pinned before the old one is let go, so no queue in both is dropped.
+        txn.cancel_wait(self.conn);
         for q in std::mem::replace(&mut self.pinned, queues.clone()) {
             txn.remove_consumer(q);
         }
-        txn.cancel_wait(self.conn);
         self.armed = None;
         if backlog {
             self.pass_at = Some(now_i + POLL);
