@@ -422,3 +422,16 @@ def test_a_job_whose_lease_runs_out_three_times_is_buried(manager, ctx):
         wait_for(lambda: bs.stats_job(job)["state"] != "reserved", "the lease to run out")
     wait_for(lambda: bs.stats_job(job)["state"] == "buried", "burial at the failure limit")
     assert bs.stats_job(job)["timeouts"] == 3
+
+
+def test_the_python_example_worker_runs_beanstalkd_jobs(manager, procs):
+    example = Path(__file__).resolve().parents[2] / "examples" / "wmp_worker.py"
+    srv = manager()
+    bs = beanstalk(srv, "upper")
+    jobs = [bs.put(b"job %d" % i) for i in range(5)]
+    failing = bs.put(b"fail please")
+    procs([sys.executable, example, "--connect", srv.wmp, "--role", "upper"])
+    wait_for(lambda: all(gone(bs, j) for j in jobs), "the example worker to run the jobs")
+    # Backed off (1 s, then 2 s) and buried after the third failure.
+    wait_for(lambda: bs.stats_job(failing)["releases"] >= 1, "the failure to back off")
+    wait_for(lambda: bs.stats_job(failing)["state"] == "buried", "burial after three fails")
