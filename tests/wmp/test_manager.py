@@ -139,9 +139,18 @@ def test_lease_expiry_requeues_with_the_next_attempt_and_a_late_done_is_ignored(
     assert second.headers["attempt"] == "2"
     w.done(first, payload=b"late")  # attempt 1: stale
     time.sleep(0.3)
-    assert bs.stats_job(job)["state"] == "reserved", "a stale DONE does not complete the job"
-    w.done(second, payload=b"on time")
-    wait_for(lambda: gone(bs, job), "the current attempt's DONE to delete the job")
+    assert not gone(bs, job), "a stale DONE does not complete the job"
+    # The current attempt's DONE ends it (if the 1 s lease ran out again meanwhile, on a
+    # slow machine, the next hand-out's DONE does).
+    take = second
+    for lock in range(3, 8):
+        w.done(take, payload=b"on time")
+        try:
+            wait_for(lambda: gone(bs, job), "the job to end", timeout=3)
+            break
+        except AssertionError:
+            take = w.take_one("resize", lock=str(lock))
+    assert gone(bs, job)
 
 
 def test_reject_puts_the_job_back_at_once_and_fail_backs_off_then_buries(manager, ctx):
@@ -155,11 +164,11 @@ def test_reject_puts_the_job_back_at_once_and_fail_backs_off_then_buries(manager
     take = w.take_one("resize", lock="2")
     assert take.headers["attempt"] == "2", "every hand-out has its own attempt number"
     w.done(take, status="fail", payload=b"it broke", error="boom")
-    wait_for(lambda: bs.stats_job(job)["state"] == "delayed", "fail to back off")
+    wait_for(lambda: bs.stats_job(job)["releases"] == 2, "fail to back off")
     assert bs.stats_job(job)["delay"] == 1, "1 s after the first failure"
     take = w.take_one("resize", lock="3")  # woken when the delay is over
     w.done(take, status="fail")
-    wait_for(lambda: bs.stats_job(job)["state"] == "delayed", "the second backoff")
+    wait_for(lambda: bs.stats_job(job)["releases"] == 3, "the second backoff")
     assert bs.stats_job(job)["delay"] == 2, "doubled"
     take = w.take_one("resize", lock="4")
     w.done(take, status="fail")
@@ -282,7 +291,11 @@ def test_bad_frames_are_dropped_and_counted_never_a_crash(manager, ctx):
         w.send("GIVE", headers(lock="f", roles="resize"))
     # Nothing malformed is answered; the flood's GIVEs get NO.
     replies = []
-    while w.sock.poll(500):
+    deadline = time.monotonic() + 30
+    while len(replies) < 500 and time.monotonic() < deadline:
+        replies.append(w.recv(timeout=30))
+    time.sleep(0.3)
+    while w.sock.poll(0):
         replies.append(w.recv())
     assert replies and {m.command for m in replies} == {"NO"}, replies[:3]
     assert len(replies) == 500
@@ -334,11 +347,11 @@ def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx
 def test_status_extends_the_lease(manager, ctx):
     srv = manager()
     bs = beanstalk(srv)
-    job = bs.put(b"long", ttr=1)
+    job = bs.put(b"long", ttr=2)
     w = Dealer(ctx, srv.wmp)
     take = w.take_one("resize")
     h = take.headers
-    for _ in range(6):  # 1.8 s in all, longer than the 1 s lease
+    for _ in range(10):  # 3 s in all, longer than the 2 s lease
         time.sleep(0.3)
         w.send("STATUS", headers(manager=h["manager"], job=h["job"], attempt=h["attempt"],
                                  num=1, den=2))
@@ -374,7 +387,7 @@ def test_ready_jobs_wake_several_workers_and_each_gets_one(manager, ctx):
         assert wake.command == "WAKE", wake
         w.send("GIVE", headers(lock=str(i), roles="resize", queue="resize"))
     for w in workers:
-        reply = w.recv()
+        reply = w.recv(skip=("WAKE",))  # a slow machine may see a second WAKE first
         assert reply.command == "TAKE", reply
         got.add(reply.headers["job"])
         w.done(reply)
