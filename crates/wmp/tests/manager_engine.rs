@@ -112,3 +112,81 @@ async fn sdk_worker_runs_engine_jobs_and_watchers_get_the_outcome() {
     let m = broker.metrics().protocol("wmp", &[]);
     assert!(m.command(5) >= 3, "TAKEs counted");
 }
+
+/// A READY flood from new paths stops at the registry bound: the rest are dropped and
+/// counted, and a GIVE is still served (it needs no remembered READY).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readys_beyond_the_registry_bound_are_dropped_and_counted() {
+    use jobyard_wmp::manager::RegistryConfig;
+    use jobyard_wmp::transport::{AsyncSocket, SocketOptions};
+    use jobyard_wmp::{decode, encode, Command, Give, Limits, Message, Ready};
+
+    let broker = Broker::in_memory();
+    broker.start();
+    let gate = Gate::new(100);
+    let config = ManagerConfig {
+        name: Some("m-bound".into()),
+        registry: RegistryConfig {
+            max_entries: 2,
+            ..RegistryConfig::default()
+        },
+        ..ManagerConfig::default()
+    };
+    let front = WmpFrontEnd::bind(broker.clone(), "tcp://127.0.0.1:*", config).unwrap();
+    let endpoint = front.endpoint().to_owned();
+    let serving = Box::new(front).start(gate.clone());
+
+    let ctx = zmq::Context::new();
+    let ready = Message::new(
+        Vec::new(),
+        Command::Ready(Ready {
+            roles: Some(vec!["q".into()]),
+            worker: None,
+        }),
+    );
+    let mut dealers = Vec::new();
+    for _ in 0..5 {
+        let mut d = AsyncSocket::new(&ctx, zmq::DEALER, &SocketOptions::default()).unwrap();
+        d.socket().connect(&endpoint).unwrap();
+        // Queued in libzmq until the connection is up.
+        assert!(d.try_send(&encode(&ready)).unwrap());
+        dealers.push(d);
+    }
+    let metrics = broker.metrics().protocol("wmp", &[]);
+    let full = metrics
+        .commands()
+        .position(|(name, _)| name == "registry_full")
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while metrics.command(full) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "3 READYs refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metrics.command(0), 5, "all five READYs counted as received");
+
+    // A GIVE from a refused path still gets an answer.
+    let give = Message::new(
+        Vec::new(),
+        Command::Give(Give {
+            lock: "x".into(),
+            roles: Some(vec!["q".into()]),
+            queue: Some("q".into()),
+        }),
+    );
+    let last = dealers.last_mut().unwrap();
+    assert!(last.try_send(&encode(&give)).unwrap());
+    let frames = tokio::time::timeout(PATIENCE, last.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = decode(&frames, &Limits::default()).unwrap();
+    assert!(matches!(answer.command, Command::No(_)), "{answer:?}");
+
+    drop(dealers);
+    assert!(gate.shut_down(PATIENCE).await);
+    tokio::time::timeout(PATIENCE, serving)
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = tokio::task::spawn_blocking(move || drop(ctx)).await;
+}
