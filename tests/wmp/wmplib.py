@@ -146,3 +146,57 @@ class Proc:
 
     def alive(self) -> bool:
         return self.p.poll() is None
+
+
+class Dealer:
+    """A pyzmq DEALER: a worker's connection to one manager (or device), written from
+    docs/wmp.md with nothing of jobyard's own code."""
+
+    def __init__(self, ctx, endpoint, identity=None):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if identity:
+            self.sock.setsockopt(zmq.IDENTITY, identity)
+        self.sock.connect(endpoint)
+
+    def send(self, command, hdrs=b"", payload=None, path=()):
+        self.sock.send_multipart(frames(path, command, hdrs, payload))
+
+    def send_raw(self, parts):
+        self.sock.send_multipart(parts)
+
+    def recv(self, timeout=10.0, skip=()) -> Msg:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000)):
+                raise TimeoutError(f"no message within {timeout}s")
+            m = Msg(self.sock.recv_multipart())
+            if m.command not in skip:
+                return m
+
+    def quiet(self, seconds) -> None:
+        """Asserts nothing arrives for `seconds`."""
+        if self.sock.poll(int(seconds * 1000)):
+            raise AssertionError(f"unexpected {Msg(self.sock.recv_multipart())}")
+
+    def take_one(self, queue, lock="1", timeout=10.0) -> Msg:
+        """READY roles=queue, wait for WAKE, GIVE; returns the TAKE (or NO)."""
+        self.send("READY", headers(roles=queue))
+        wake = self.recv(timeout)
+        assert wake.command == "WAKE" and wake.headers["queue"] == queue, wake
+        self.send("GIVE", headers(lock=lock, roles=queue, queue=queue))
+        return self.recv(timeout)
+
+    def done(self, take: Msg, status="ok", payload=b"", attempt=None, path=(), **extra):
+        h = take.headers
+        self.send(
+            "DONE",
+            headers(manager=h["manager"], job=h["job"], attempt=attempt or h["attempt"],
+                    status=status, **extra),
+            payload,
+            path,
+        )
+
+    def close(self):
+        self.sock.close(0)

@@ -138,6 +138,7 @@ pub fn parse(args: &[String]) -> Compat {
         threads: None,
         gearman_listen: None,
         http_listen: None,
+        wmp: None,
         http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         flows: Default::default(),
         gearman: Default::default(),

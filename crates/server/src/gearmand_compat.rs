@@ -293,6 +293,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             data_dir,
             beanstalk_listen: None,
             http_listen: None,
+            wmp: None,
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             flows: Default::default(),
             fsync,

@@ -183,6 +183,17 @@ async fn front_ends(
             .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))?;
         front_ends.push(Box::new(http));
     }
+    if let Some(wmp) = &settings.wmp {
+        let endpoint = &wmp.listen;
+        let config = jobyard_wmp::manager::ManagerConfig {
+            name: wmp.name.clone(),
+            max_payload: settings.max_job_size as usize,
+            ..Default::default()
+        };
+        let wmp = jobyard_wmp::manager::WmpFrontEnd::bind(broker.clone(), endpoint, config)
+            .map_err(|e| Fatal(format!("cannot listen on {endpoint}: {e}"), 111))?;
+        front_ends.push(Box::new(wmp));
+    }
     Ok(front_ends)
 }
 

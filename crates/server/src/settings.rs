@@ -44,12 +44,23 @@ pub struct Settings {
     pub http_worker_idle: Duration,
     /// Flows declared at start (`--flows`), validated. Behind one pointer, as `gearman`.
     pub flows: std::sync::Arc<Vec<FlowDefinition>>,
+    /// `None`: the WMP manager is off (the default). Boxed to keep `Settings` small.
+    pub wmp: Option<Box<WmpSettings>>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
+
+/// The 14/WMP manager's settings (`--wmp-listen`, `--wmp-name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WmpSettings {
+    /// The ZeroMQ endpoint its ROUTER binds.
+    pub listen: String,
+    /// The `manager` header; `None`: `HOSTNAME:PORT`.
+    pub name: Option<String>,
+}
 
 /// How log lines are written (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -127,6 +138,14 @@ pub struct ServeArgs {
     /// in the config file, the `[[flows]]` tables may stand in it instead of a path.
     #[arg(long, env = "JOBYARD_FLOWS")]
     pub flows: Option<String>,
+    /// ZeroMQ endpoint where jobyard is a 14/WMP manager (docs/wmp.md), e.g.
+    /// `tcp://127.0.0.1:5570`, or `off` [default: off].
+    #[arg(long, env = "JOBYARD_WMP_LISTEN")]
+    pub wmp_listen: Option<String>,
+    /// The WMP manager's name in WAKE/TAKE/NO; keep it stable across restarts
+    /// [default: HOSTNAME:PORT].
+    #[arg(long, env = "JOBYARD_WMP_NAME")]
+    pub wmp_name: Option<String>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -289,6 +308,12 @@ impl ServeArgs {
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
             http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
+            wmp: listen(self.wmp_listen.unwrap_or_else(|| "off".into())).map(|listen| {
+                Box::new(WmpSettings {
+                    listen,
+                    name: self.wmp_name,
+                })
+            }),
             http_worker_idle: self
                 .http_worker_idle_ms
                 .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
@@ -360,6 +385,7 @@ mod tests {
         assert_eq!(s.gearman_listen.as_deref(), Some("127.0.0.1:4730"));
         assert_eq!(s.http_listen.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(s.http_worker_idle, Duration::from_secs(60));
+        assert_eq!(s.wmp, None, "the WMP manager is off unless asked for");
         assert_eq!(s.gearman.job_retries, 0);
         assert!(
             !s.gearman.allow_shutdown,
@@ -377,7 +403,7 @@ mod tests {
             &path,
             "fsync = \"never\"\nmax_job_size = 10\nbeanstalk_listen = \"off\"\nthreads = 1\n\
              salvage = true\ngearman_allow_shutdown = true\nhttp_listen = \"off\"\n\
-             http_worker_idle_ms = 500\n",
+             http_worker_idle_ms = 500\nwmp_listen = \"tcp://127.0.0.1:5570\"\n",
         )
         .unwrap();
         let s = serve(&["--config", cfg, "--max-job-size", "20"]).unwrap();
@@ -387,6 +413,10 @@ mod tests {
         assert_eq!(s.threads, Some(1));
         assert_eq!(s.http_listen, None, "off disables the HTTP API");
         assert_eq!(s.http_worker_idle, Duration::from_millis(500));
+        assert_eq!(
+            s.wmp.as_ref().map(|w| w.listen.as_str()),
+            Some("tcp://127.0.0.1:5570")
+        );
         assert!(
             s.salvage && s.gearman.allow_shutdown,
             "booleans from the file"

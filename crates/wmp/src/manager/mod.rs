@@ -1,10 +1,25 @@
-//! Engine-independent parts of a WMP manager (docs/wmp.md, "Manager behaviour"): which
-//! workers to wake, and which queues a GIVE may take from. The manager in the job server
-//! owns the engine calls (reserve, leases, requeue); these pure pieces decide the protocol
-//! side, so every rule is unit-tested without sockets or an engine.
+//! The WMP manager (docs/wmp.md, "Manager behaviour").
+//!
+//! The engine-independent rules (remembered READYs, wake throttling, effective roles of a
+//! GIVE) are pure and unit-tested without sockets or an engine; with the `manager` feature,
+//! [`WmpFrontEnd`] puts them on jobyard's engine as a front end of `jobyard serve`.
 
+#[cfg(feature = "manager")]
+mod core;
+#[cfg(feature = "manager")]
+mod counters;
+#[cfg(feature = "manager")]
+mod frontend;
+#[cfg(feature = "manager")]
+mod leases;
 mod registry;
 mod roles;
+#[cfg(feature = "manager")]
+mod wakes;
 
+#[cfg(feature = "manager")]
+pub use self::core::ManagerConfig;
+#[cfg(feature = "manager")]
+pub use frontend::{is_manager_name, WmpFrontEnd};
 pub use registry::{ReadyOutcome, ReadyRegistry, RegistryConfig};
 pub use roles::{effective_roles, Choice};

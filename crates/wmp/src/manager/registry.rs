@@ -88,6 +88,17 @@ impl ReadyRegistry {
         self.entries.get(path).map(|e| e.roles.as_deref())
     }
 
+    /// The queues named by remembered READYs, each once (what the manager watches for
+    /// ready jobs).
+    pub fn queues(&self) -> impl Iterator<Item = &str> + '_ {
+        self.by_queue.keys().map(String::as_str)
+    }
+
+    /// True when a remembered READY has no `roles` (it serves any queue).
+    pub fn serves_any(&self) -> bool {
+        !self.any_queue.is_empty()
+    }
+
     /// Records a READY from `path`.
     pub fn on_ready(&mut self, path: &Path, ready: &Ready, now: Instant) -> ReadyOutcome {
         if let Some(entry) = self.entries.get(path) {

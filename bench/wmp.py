@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""14/WMP benchmark: jobyard as the manager against the bare ZeroMQ ceiling, in one run.
+
+    python3 bench/wmp.py                       # workers 1 and 8, 3 s each
+    python3 bench/wmp.py --workers 8 --duration 5 --binary target/release/jobyard
+
+Two workloads per worker count N, both with N pyzmq DEALER processes on loopback:
+
+* bare: a pyzmq ROUTER that echoes every message (same frame sizes as a WMP job), each
+  DEALER doing request/reply round trips back to back. This is the physical ceiling of
+  one ZeroMQ round trip on this machine with this library.
+* wmp: `jobyard serve --wmp-listen` with jobs put through beanstalkd beforehand, each
+  DEALER a worker following docs/wmp.md: READY, WAKE, GIVE, TAKE, DONE (then READY again).
+  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling.
+
+Reported: jobs/s, round trips/s, their ratio, and the server's CPU per job / per round trip
+(user+system time of the manager or echo process from /proc). Use a release build for
+figures worth quoting (the script says which binary it ran); keep runs short on a shared
+machine. Needs pyzmq (scripts/setup.sh installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+ROOT = Path(__file__).resolve().parents[1]
+SIG = b"WMP01"
+BODY = b"x" * 100
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def parse_headers(frame: bytes) -> dict:
+    return dict(line.split(b"=", 1) for line in frame.split(b"\n") if line)
+
+
+# -- bare ROUTER <-> DEALER echo ------------------------------------------------------------
+
+
+def echo_server(endpoint: str, ready) -> None:
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(endpoint)
+    ready.set()
+    while True:
+        router.send_multipart(router.recv_multipart(copy=False), copy=False)
+
+
+def echo_client(endpoint: str, start: float, stop: float, out) -> None:
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(endpoint)
+    msg = [b"", SIG, b"TAKE", b"lock=1\nmanager=m\njob=1\nattempt=1\nqueue=q\ntimeout=60000", BODY]
+    while time.time() < start:
+        time.sleep(0.001)
+    n = 0
+    while time.time() < stop:
+        dealer.send_multipart(msg)
+        dealer.recv_multipart()
+        n += 1
+    out.put(n)
+    dealer.close(0)
+    ctx.term()
+
+
+def run_bare(workers: int, duration: float) -> dict:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    ready = mp.Event()
+    server = mp.Process(target=echo_server, args=(endpoint, ready), daemon=True)
+    server.start()
+    ready.wait(10)
+    out = mp.Queue()
+    start = time.time() + 0.5
+    clients = [
+        mp.Process(target=echo_client, args=(endpoint, start, start + duration, out))
+        for _ in range(workers)
+    ]
+    for c in clients:
+        c.start()
+    time.sleep(max(0.0, start - time.time()))
+    cpu0 = cpu_seconds(server.pid)
+    total = sum(out.get(timeout=duration + 60) for _ in clients)
+    cpu = cpu_seconds(server.pid) - cpu0
+    for c in clients:
+        c.join()
+    server.kill()
+    server.join()
+    return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total}
+
+
+# -- jobyard as the WMP manager -------------------------------------------------------------
+
+
+def wmp_worker(endpoint: str, start: float, stop: float, out) -> None:
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(endpoint)
+    ready = [b"", SIG, b"READY", b"roles=bench"]
+    while time.time() < start:
+        time.sleep(0.001)
+    done = 0
+    lock = 0
+    dealer.send_multipart(ready)
+    while time.time() < stop:
+        if not dealer.poll(200):
+            dealer.send_multipart(ready)  # READY retry (docs/wmp.md, worker rule 7)
+            continue
+        frames = dealer.recv_multipart()
+        command = frames[2]
+        if command == b"WAKE":
+            lock += 1
+            dealer.send_multipart(
+                [b"", SIG, b"GIVE", b"lock=%d\nroles=bench\nqueue=bench" % lock]
+            )
+        elif command == b"TAKE":
+            h = parse_headers(frames[3])
+            dealer.send_multipart(
+                [b"", SIG, b"DONE",
+                 b"manager=%s\njob=%s\nattempt=%s\nstatus=ok" % (h[b"manager"], h[b"job"],
+                                                                  h[b"attempt"]),
+                 frames[4] if len(frames) > 4 else b""]
+            )
+            done += 1
+            dealer.send_multipart(ready)
+        elif command == b"NO":
+            dealer.send_multipart(ready)
+    out.put(done)
+    dealer.close(0)
+    ctx.term()
+
+
+def put_jobs(port: int, count: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"use bench\r\n")
+        f = s.makefile("rb")
+        assert f.readline().startswith(b"USING")
+        chunk = 1000
+        for base in range(0, count, chunk):
+            n = min(chunk, count - base)
+            s.sendall(b"".join(b"put 0 0 60 %d\r\n%s\r\n" % (len(BODY), BODY) for _ in range(n)))
+            for _ in range(n):
+                line = f.readline()
+                assert line.startswith(b"INSERTED"), line
+
+
+def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
+    data = tempfile.mkdtemp(prefix="jobyard-wmp-bench-")
+    bport = free_port()
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    server = subprocess.Popen(
+        [binary, "serve", "--data-dir", data, "--fsync", "never",
+         "--beanstalk-listen", f"127.0.0.1:{bport}", "--gearman-listen", "off",
+         "--http-listen", "off", "--wmp-listen", endpoint, "--wmp-name", "bench"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", bport), 1).close()
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise RuntimeError("jobyard did not start")
+                time.sleep(0.05)
+        put_jobs(bport, jobs)
+        out = mp.Queue()
+        start = time.time() + 0.5
+        procs = [
+            mp.Process(target=wmp_worker, args=(endpoint, start, start + duration, out))
+            for _ in range(workers)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(max(0.0, start - time.time()))
+        cpu0 = cpu_seconds(server.pid)
+        total = sum(out.get(timeout=duration + 60) for _ in procs)
+        cpu = cpu_seconds(server.pid) - cpu0
+        for p in procs:
+            p.join()
+        if total >= jobs:
+            print(f"  note: all {jobs} jobs were done before the end; raise --jobs",
+                  file=sys.stderr)
+        return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default_bin = ROOT / "target" / "release" / "jobyard"
+    if not default_bin.exists():
+        default_bin = ROOT / "target" / "debug" / "jobyard"
+    ap.add_argument("--binary", default=str(default_bin))
+    ap.add_argument("--workers", default="1,8", help="comma-separated worker counts")
+    ap.add_argument("--duration", type=float, default=3.0, help="seconds per workload")
+    ap.add_argument("--jobs", type=int, default=100_000, help="jobs put before each wmp run")
+    args = ap.parse_args()
+    print(f"binary: {args.binary}; {args.duration:g} s per workload; body {len(BODY)} B; "
+          f"{os.cpu_count()} cores")
+    print("| workers | bare round trips/s | echo CPU µs/rt | WMP jobs/s | manager CPU µs/job "
+          "| jobs/s ÷ round trips/s |")
+    print("|---|---|---|---|---|---|")
+    for n in [int(x) for x in args.workers.split(",")]:
+        bare = run_bare(n, args.duration)
+        wmp = run_wmp(args.binary, n, args.duration, args.jobs)
+        print(f"| {n} | {bare['per_s']:,.0f} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
+              f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
