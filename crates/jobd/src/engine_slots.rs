@@ -15,8 +15,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use jobyard_broker::{Broker, Mailbox};
-use jobyard_engine::{ConnId, EndStatus, JobEnd, JobId, Lease, NewJob, QueueId};
+use jobyard_broker::{Broker, Mailbox, Txn};
+use jobyard_engine::{ConnId, EndStatus, JobEnd, JobId, Lease, Millis, NewJob, QueueId, WaitMode};
 
 use crate::launcher::Outcome;
 use crate::slots::{in_status_order, Scheduler, Start, TargetState};
@@ -37,9 +37,9 @@ struct Target {
 pub struct EngineScheduler {
     broker: Arc<Broker>,
     conn: ConnId,
-    /// Kept so the session stays registered; the worker neither waits nor watches, so
-    /// nothing is sent to it.
-    _mailbox: Mailbox,
+    /// Until the worker takes it: where the engine wakes the worker when a queue it waits
+    /// on has lease room again (see [`Scheduler::take_wakeups`]).
+    mailbox: Option<Mailbox>,
     targets: Vec<Target>,
     /// Row id of each job this worker put, for [`EngineScheduler::row_of`].
     rows: HashMap<JobId, u64>,
@@ -53,7 +53,7 @@ impl EngineScheduler {
         EngineScheduler {
             broker,
             conn,
-            _mailbox: mailbox,
+            mailbox: Some(mailbox),
             targets: Vec::new(),
             rows: HashMap::new(),
         }
@@ -104,6 +104,25 @@ impl Drop for EngineScheduler {
         drop(txn);
         self.broker.disconnect(self.conn);
     }
+}
+
+/// Asks the engine to wake `conn` (once) when one of `queues`, where jobs of this worker are
+/// held back by a lease another client holds or by a pause, can hand a job out again; an
+/// empty list cancels the wait.
+fn wait_for_room(txn: &mut Txn<'_>, conn: ConnId, queues: &[QueueId], now: Millis) {
+    if queues.is_empty() {
+        txn.cancel_wait(conn);
+        return;
+    }
+    txn.reserve(
+        conn,
+        queues,
+        WaitMode::WakeOnly,
+        Lease::Unlimited,
+        None,
+        false,
+        now,
+    );
 }
 
 /// What the engine's watchers are told about a job's end.
@@ -159,6 +178,14 @@ impl Scheduler for EngineScheduler {
         {
             let mut txn = self.broker.lock();
             let now = Broker::now();
+            // The wait for room must not keep the queue alive; the other targets' stays.
+            let others: Vec<QueueId> = self
+                .targets
+                .iter()
+                .filter(|t| t.name != target && !t.queued.is_empty())
+                .map(|t| t.queue)
+                .collect();
+            wait_for_room(&mut txn, self.conn, &others, now);
             if txn.queue(q).is_paused(now) {
                 txn.resume(q, now);
             }
@@ -251,6 +278,7 @@ impl Scheduler for EngineScheduler {
 
     fn take_startable(&mut self) -> Vec<Start> {
         let mut out = Vec::new();
+        let mut held_back: Vec<QueueId> = Vec::new();
         let mut txn = self.broker.lock();
         let now = Broker::now();
         for t in &mut self.targets {
@@ -274,7 +302,11 @@ impl Scheduler for EngineScheduler {
                     job,
                 });
             }
+            if !t.queued.is_empty() {
+                held_back.push(t.queue);
+            }
         }
+        wait_for_room(&mut txn, self.conn, &held_back, now);
         out
     }
 
@@ -303,6 +335,10 @@ impl Scheduler for EngineScheduler {
 
     fn running(&self) -> usize {
         self.targets.iter().map(|t| t.running).sum()
+    }
+
+    fn take_wakeups(&mut self) -> Option<Mailbox> {
+        self.mailbox.take()
     }
 }
 
@@ -349,10 +385,17 @@ mod tests {
             id
         };
         s.push("a", 7);
+        let mut wakeups = s.take_wakeups().unwrap();
         assert!(s.take_startable().is_empty(), "the engine's limit is full");
+        assert_eq!(wakeups.try_recv(), None);
         s.broker
             .lock()
             .finish(999, other, JobEnd::ok(Bytes::new()));
+        assert_eq!(
+            wakeups.try_recv(),
+            Some(jobyard_engine::NoticeKind::Wake),
+            "the freed lease wakes the worker"
+        );
         assert_eq!(ids(&s.take_startable()), vec![7]);
     }
 
@@ -383,6 +426,7 @@ mod tests {
         s.push("a", 5);
         let start = s.take_startable().remove(0);
         let (watcher, mut mailbox) = s.broker.connect();
+        let _ = s.take_wakeups();
         assert!(s.broker.lock().watch(watcher, start.job));
         let outcome = Outcome {
             code: None,

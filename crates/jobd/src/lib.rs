@@ -21,6 +21,7 @@ pub mod master;
 pub mod memory;
 pub mod protocol;
 pub mod session;
+#[cfg(feature = "mysql")]
 pub mod slots;
 #[cfg(feature = "mysql")]
 pub mod serve;

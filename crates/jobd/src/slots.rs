@@ -7,6 +7,8 @@
 //! queue's lease limit, pause = the engine's pause). Unlike jobd, a paused target starts
 //! nothing: it takes no new rows and holds accepted ones until `continue`.
 
+use jobyard_broker::Mailbox;
+
 use crate::launcher::Outcome;
 
 /// One target as `status` reports it.
@@ -61,6 +63,12 @@ pub trait Scheduler: Send + 'static {
     fn drain_queued(&mut self) -> Vec<u64>;
     /// Jobs running now, all targets.
     fn running(&self) -> usize;
+    /// Where the scheduler says that jobs it held back may start now (a slot was freed by
+    /// someone else, a pause ended): the worker calls `take_startable` on each notice.
+    /// Taken once, by the worker.
+    fn take_wakeups(&mut self) -> Option<Mailbox> {
+        None
+    }
 }
 
 /// Whether JavaScript would treat `s` as an array index (those keys come first, ascending,

@@ -130,6 +130,15 @@ pub async fn serve_jobd(
     let allow_local = config.always_allow_localhost;
     let master = config.master.clone();
     let reconnect = Duration::from_secs(config.master_reconnect_timeout.max(1));
+    let wakeups = worker.inner.state.lock().unwrap().sched.take_wakeups();
+    let wake_task = wakeups.map(|mut mailbox| {
+        let w = worker.clone();
+        tokio::spawn(async move {
+            while mailbox.recv().await.is_some() {
+                w.start_ready();
+            }
+        })
+    });
     let done = tokio::spawn(async move {
         let master_task = master.map(|(h, p)| {
             let w = w.clone();
@@ -154,6 +163,9 @@ pub async fn serve_jobd(
         }
         drop(listener);
         if let Some(t) = master_task {
+            t.abort();
+        }
+        if let Some(t) = wake_task {
             t.abort();
         }
         if let Some(l) = w.inner.master.lock().unwrap().take() {

@@ -44,6 +44,8 @@ pub struct Settings {
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
+    /// `None`: no jobd worker; else its ini file (docs/jobd.md).
+    pub jobd_config: Option<PathBuf>,
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
@@ -120,6 +122,10 @@ pub struct ServeArgs {
     /// milliseconds ends [default: 60000].
     #[arg(long, env = "JOBYARD_HTTP_WORKER_IDLE_MS")]
     pub http_worker_idle_ms: Option<u64>,
+    /// Run a jobd worker daemon with this jobd ini file, its targets as queues of this
+    /// server (docs/jobd.md) [default: none].
+    #[arg(long, env = "JOBYARD_JOBD_CONFIG")]
+    pub jobd_config: Option<PathBuf>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -261,6 +267,7 @@ impl ServeArgs {
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
                 ..jobyard_gearman::Config::default()
             }),
+            jobd_config: self.jobd_config,
         })
     }
 }
