@@ -83,10 +83,7 @@ impl EngineScheduler {
     }
 
     fn is_paused(&self, t: &Target) -> bool {
-        self.broker
-            .lock()
-            .queue(t.queue)
-            .is_paused(Broker::now())
+        self.broker.lock().queue(t.queue).is_paused(Broker::now())
     }
 }
 
@@ -291,7 +288,10 @@ impl Scheduler for EngineScheduler {
                 if !txn.reserve_job(self.conn, job, Lease::Unlimited, now) {
                     // Taken or deleted through another protocol: the row is left as it
                     // is (startup reconciliation recovers it).
-                    tracing::warn!(id, "jobd: the job's engine entry was taken by another client");
+                    tracing::warn!(
+                        id,
+                        "jobd: the job's engine entry was taken by another client"
+                    );
                     self.rows.remove(&job);
                     continue;
                 }
@@ -388,9 +388,7 @@ mod tests {
         let mut wakeups = s.take_wakeups().unwrap();
         assert!(s.take_startable().is_empty(), "the engine's limit is full");
         assert_eq!(wakeups.try_recv(), None);
-        s.broker
-            .lock()
-            .finish(999, other, JobEnd::ok(Bytes::new()));
+        s.broker.lock().finish(999, other, JobEnd::ok(Bytes::new()));
         assert_eq!(
             wakeups.try_recv(),
             Some(jobyard_engine::NoticeKind::Wake),

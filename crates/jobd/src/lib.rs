@@ -20,11 +20,11 @@ pub mod link;
 pub mod master;
 pub mod memory;
 pub mod protocol;
+#[cfg(feature = "mysql")]
+pub mod serve;
 pub mod session;
 #[cfg(feature = "mysql")]
 pub mod slots;
-#[cfg(feature = "mysql")]
-pub mod serve;
 #[cfg(feature = "mysql")]
 pub mod store;
 pub mod validate;

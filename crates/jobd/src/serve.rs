@@ -46,7 +46,12 @@ impl JobdFrontEnd {
         }
         let listener = TcpListener::bind((config.host.as_str(), config.port))
             .await
-            .map_err(|e| format!("jobd: cannot listen on {}:{}: {e}", config.host, config.port))?;
+            .map_err(|e| {
+                format!(
+                    "jobd: cannot listen on {}:{}: {e}",
+                    config.host, config.port
+                )
+            })?;
         Ok(JobdFrontEnd {
             broker,
             config,

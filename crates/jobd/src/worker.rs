@@ -18,12 +18,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
 use crate::config::JobdConfig;
+use crate::engine_slots::EngineScheduler;
 use crate::launcher::{self, LaunchSpec, Outcome};
 use crate::link::{Handler, Link, ReplyFuture};
 use crate::memory::memory_usage;
 use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
-use crate::engine_slots::EngineScheduler;
 use crate::slots::{Scheduler, Start};
 use crate::store::{Claimed, Store};
 use crate::validate;
