@@ -67,6 +67,8 @@ $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 $PY -c 'import requests' 2>/dev/null || py_need+=(requests)
 $PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 $PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
+# MySQL client for the jobd benchmark (bench/jobd.sh).
+$PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
