@@ -9,7 +9,8 @@
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
-#           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests)
+#           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests),
+#           pymysql (the jobd benchmark)
 set -euo pipefail
 
 SUDO=""
