@@ -45,7 +45,8 @@ pub struct Settings {
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
     /// `None`: no jobd worker; else its ini file (docs/jobd.md).
-    pub jobd_config: Option<PathBuf>,
+    /// Boxed: `Settings` travels inside enums and is kept small.
+    pub jobd_config: Option<Box<PathBuf>>,
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
@@ -267,7 +268,7 @@ impl ServeArgs {
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
                 ..jobyard_gearman::Config::default()
             }),
-            jobd_config: self.jobd_config,
+            jobd_config: self.jobd_config.map(Box::new),
         })
     }
 }
