@@ -157,9 +157,13 @@ pub fn run_jobd(args: Vec<String>) -> i32 {
         config.log_file.as_deref(),
         &config.log_level_file,
     );
-    // One thread: the work is I/O and child processes; a single thread also keeps the
-    // thread that forks launchers alive for their parent-death signal.
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Two threads: forking a launcher blocks the thread that does it, and with one thread
+    // nothing else (reading exits, writing rows) runs meanwhile; a second one let the 1x8
+    // benchmark shape reach the launch floor (docs/benchmarks.md#jobd). Launchers are
+    // forked on runtime worker threads, which live as long as the daemon, so their
+    // parent-death signal fires only when the daemon dies.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");
