@@ -26,7 +26,7 @@ def _serve_with_jobd(start_server, jobs_db, tmp_path, targets: str):
     until the file `go` exists (touching `started-<id>` first)."""
     run = tmp_path / "run.sh"
     run.write_text(
-        'd=$(dirname "$0")\ntouch "$d/started-$1"\n'
+        'd=$(dirname "$0")\necho $$ > "$d/pid-$1"\ntouch "$d/started-$1"\n'
         'while [ ! -f "$d/go" ]; do sleep 0.02; done\necho "id=$1"\n'
     )
     jobd_port, gearman_port = free_port(), free_port()
@@ -140,3 +140,32 @@ def test_pause_and_set_concurrency_are_the_engines(
         for i in ids:
             jobs_db.wait_status(i, "done")
     assert srv.stop() == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_kill9_of_the_server_strands_no_row(start_server, jobs_db, tmp_path, jobyard_bin):
+    srv, jobd_port, _ = _serve_with_jobd(start_server, jobs_db, tmp_path, "t1 = 1")
+    running = jobs_db.insert("t1")
+    queued = jobs_db.insert("t1")
+    _poll(jobyard_bin, jobd_port, "t1")
+    _wait(lambda: _started(tmp_path) == 1, "the first job running")
+    launcher = int((tmp_path / f"pid-{running}").read_text())
+    assert jobs_db.row(running)["status"] == "running"
+    srv.kill9()
+    # Forked on the server's runtime threads, the launcher dies with the server.
+    _wait(lambda: not _pid_alive(launcher), "the launcher to die with the server")
+    srv.restart()
+    _wait(lambda: _port_open(jobd_port), "the jobd listener after the restart")
+    r = jobs_db.wait_status(running, "done")
+    assert r["result"] == "fail" and "worker stopped while this job was running" in r["stderr"], r
+    assert jobs_db.row(queued)["status"] == "waiting"
+    (tmp_path / "go").touch()
+    _poll(jobyard_bin, jobd_port, "t1")
+    assert jobs_db.wait_status(queued, "done")["result"] == "ok"
