@@ -317,6 +317,28 @@ mod tests {
     }
 
     #[test]
+    fn jobd_config_comes_from_the_flag_or_the_file() {
+        assert_eq!(
+            serve(&[]).unwrap().jobd_config,
+            None,
+            "no jobd worker by default"
+        );
+        let s = serve(&["--jobd-config", "/etc/jobd.conf"]).unwrap();
+        assert_eq!(
+            s.jobd_config.as_deref(),
+            Some(&PathBuf::from("/etc/jobd.conf"))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        std::fs::write(&path, "jobd_config = \"/srv/jobd.conf\"\n").unwrap();
+        let s = serve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(
+            s.jobd_config.as_deref(),
+            Some(&PathBuf::from("/srv/jobd.conf"))
+        );
+    }
+
+    #[test]
     fn defaults_file_and_flags_combine_in_order() {
         let s = ServeArgs::default().resolve().unwrap();
         assert_eq!(s.data_dir, Some(PathBuf::from("jobyard-data")));
