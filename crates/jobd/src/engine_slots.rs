@@ -89,12 +89,20 @@ impl EngineScheduler {
 
 impl Drop for EngineScheduler {
     fn drop(&mut self) {
-        // Jobs still held go back to their queues and the pins are released, so a
-        // server that outlives a worker keeps no trace of it but idle tubes.
+        // The worker's jobs (queued or, if it is dropped mid-job, running) end with it and
+        // the pins are released, so a server that outlives a worker keeps no trace of it:
+        // no row id is left for another protocol to take.
         let mut txn = self.broker.lock();
+        txn.cancel_wait(self.conn);
+        for job in self.rows.keys() {
+            txn.finish(self.conn, *job, JobEnd::deleted());
+        }
+        let now = Broker::now();
         for t in &self.targets {
-            for (job, _) in &t.queued {
-                txn.finish(self.conn, *job, JobEnd::deleted());
+            // A limit, a pause or a pin each keep a queue alive.
+            txn.set_lease_limit(t.queue, 0, now);
+            if txn.queue(t.queue).is_paused(now) {
+                txn.resume(t.queue, now);
             }
             txn.unpin(t.queue);
         }
@@ -455,6 +463,21 @@ mod tests {
         s.set_paused("a", true);
         s.remove("a").unwrap();
         assert!(s.broker.lock().queue_id(b"a").is_none());
+    }
+
+    #[test]
+    fn a_dropped_scheduler_leaves_no_job_or_queue() {
+        let broker = Broker::in_memory();
+        let mut s = EngineScheduler::new(broker.clone());
+        s.add("a", 1).unwrap();
+        s.push("a", 1);
+        s.push("a", 2);
+        assert_eq!(s.take_startable().len(), 1);
+        s.set_paused("a", true);
+        drop(s);
+        let txn = broker.lock();
+        assert_eq!(txn.job_count(), 0);
+        assert!(txn.queue_id(b"a").is_none());
     }
 
     #[test]
