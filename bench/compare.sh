@@ -5,7 +5,8 @@
 #   bash bench/compare.sh --quick    # ~2-3 min: 3 rounds of 1 s runs, 100k-job memory/restart
 #
 # Options: --rounds N, --duration S, --only beanstalk|gearman, --no-memory, --no-build,
-#          --jobs N (memory/restart job count, default 1000000), --out DIR (default bench/results).
+#          --jobs N (memory/restart job count, default 1000000), --out DIR (default bench/results),
+#          --no-jobd (skip the jobd section: bench/jobd.sh, about a minute, once, not in rounds).
 #
 # Installs the peers if missing, builds jobyard and jobyard-bench (release), then for each
 # durability pairing and workload starts a fresh server on a free loopback port, runs the
@@ -22,6 +23,7 @@ DURATION=5
 QUICK=0
 ONLY=""
 MEMORY=1
+JOBD=1
 BUILD=1
 JOBS=1000000
 OUT="$ROOT/bench/results"
@@ -32,10 +34,11 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --no-memory) MEMORY=0 ;;
+    --no-jobd) JOBD=0 ;;
     --no-build) BUILD=0 ;;
     --jobs) JOBS=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift
@@ -167,6 +170,17 @@ if [ "$MEMORY" = 1 ]; then
   bash "$ROOT/bench/memory_restart.sh" --jobs "$JOBS" --out "$MEMJSON" --no-build
 fi
 
+# jobd: no peer to alternate with (the real jobd is not installable here), so one run of
+# its own workload, compared with the launch floor inside it.
+JOBDMD=""
+if [ "$JOBD" = 1 ] && [ -z "$ONLY" ]; then
+  JOBDMD="$TMP/jobd.md"
+  if ! bash "$ROOT/bench/jobd.sh" --no-build $([ "$QUICK" = 1 ] && echo --quick) \
+      --jsonl "$OUT/$STAMP-$HOST.jobd.jsonl" >"$JOBDMD"; then
+    echo "The jobd workload failed (see the log above)." >"$JOBDMD"
+  fi
+fi
+
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 ELAPSED=$(($(date +%s) - START_S))
 {
@@ -185,6 +199,14 @@ ELAPSED=$(($(date +%s) - START_S))
     awk -v l="${LOAD_BEFORE%% *}" 'BEGIN { if (l > 0.5) print " — the machine was shared with other work during this run" }')"
   echo
   python3 "$ROOT/bench/report.py" --nproc "$(nproc)" --has-gearman "$HAS_GEARMAN" "$JSONL" ${MEMJSON:+--memory "$MEMJSON"}
+  if [ -n "$JOBDMD" ]; then
+    echo
+    echo "## jobd (separate: no peer, one run, compared with the process launch floor)"
+    echo
+    echo "\`bash bench/jobd.sh$([ "$QUICK" = 1 ] && echo ' --quick')\`: \`jobyard jobd\` on a MariaDB it starts in a temp dir."
+    echo
+    cat "$JOBDMD"
+  fi
   echo
   echo "## Commands"
   echo

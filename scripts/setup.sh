@@ -9,7 +9,8 @@
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
-#           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests)
+#           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests),
+#           pymysql (the jobd benchmark)
 set -euo pipefail
 
 SUDO=""
@@ -69,6 +70,8 @@ $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 $PY -c 'import requests' 2>/dev/null || py_need+=(requests)
 $PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 $PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
+# MySQL client for the jobd benchmark (bench/jobd.sh).
+$PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client

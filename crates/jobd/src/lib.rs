@@ -4,18 +4,15 @@
 //! Layout: [`protocol`] (codec) and [`session`] (per-connection rules) are I/O-free so they
 //! can move onto the shared connection layer; [`link`] runs a connection in both
 //! directions; [`worker`], [`master`] and [`jobctl`] are the three programs; [`slots`] is
-//! the scheduling core behind a trait (the engine-backed version swaps in there);
-//! [`store`] is the MySQL table; [`launcher`] runs a job's process.
-//!
-//! Moving targets into the engine: implement [`slots::Scheduler`] over engine queues (one
-//! queue per target, `set_concurrency` = the queue's lease limit, `set_paused` = pause and
-//! resume, `push` = put the row id, `take_startable` = lease what the limit allows,
-//! `finished` = finish the lease) and build the worker with
-//! [`start_jobd_with`] (or [`Worker::with_scheduler`]); the poll loop, the table writes, run-manual and the launcher
-//! stay as they are. The launcher ([`launcher::start`], [`launcher::Running::wait`]) does not
-//! depend on jobd and can run a command per job for any queue.
+//! the scheduling interface and `engine_slots` its implementation on jobyard's engine (a
+//! target = a queue, its concurrency = the queue's lease limit); `serve` runs the worker
+//! inside `jobyard serve` on the server's engine; [`store`] is the MySQL table;
+//! [`launcher`] runs a job's process (it does not depend on jobd and can run a command per
+//! job for any queue).
 
 pub mod config;
+#[cfg(feature = "mysql")]
+pub mod engine_slots;
 pub mod ini;
 pub mod jobctl;
 pub mod launcher;
@@ -23,7 +20,10 @@ pub mod link;
 pub mod master;
 pub mod memory;
 pub mod protocol;
+#[cfg(feature = "mysql")]
+pub mod serve;
 pub mod session;
+#[cfg(feature = "mysql")]
 pub mod slots;
 #[cfg(feature = "mysql")]
 pub mod store;
@@ -37,7 +37,9 @@ pub use config::{JobdConfig, MasterConfig};
 pub use jobctl::run_jobctl;
 pub use master::{start_master, MasterHandle};
 #[cfg(feature = "mysql")]
-pub use worker::{start_jobd, start_jobd_with, JobdHandle, Worker};
+pub use serve::JobdFrontEnd;
+#[cfg(feature = "mysql")]
+pub use worker::{serve_jobd, start_jobd, start_jobd_with, JobdHandle, Worker};
 
 /// What `jobd`/`jobd-master` were asked to do by their command line.
 enum Cli {
@@ -155,9 +157,13 @@ pub fn run_jobd(args: Vec<String>) -> i32 {
         config.log_file.as_deref(),
         &config.log_level_file,
     );
-    // One thread: the work is I/O and child processes; a single thread also keeps the
-    // thread that forks launchers alive for their parent-death signal.
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Two threads: forking a launcher blocks the thread that does it, and with one thread
+    // nothing else (reading exits, writing rows) runs meanwhile; a second one let the 1x8
+    // benchmark shape reach the launch floor (docs/benchmarks.md#jobd). Launchers are
+    // forked on runtime worker threads, which live as long as the daemon, so their
+    // parent-death signal fires only when the daemon dies.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");

@@ -18,12 +18,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
 use crate::config::JobdConfig;
+use crate::engine_slots::EngineScheduler;
 use crate::launcher::{self, LaunchSpec, Outcome};
 use crate::link::{Handler, Link, ReplyFuture};
 use crate::memory::memory_usage;
 use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
-use crate::slots::{LocalScheduler, Scheduler, Start};
+use crate::slots::{Scheduler, Start};
 use crate::store::{Claimed, Store};
 use crate::validate;
 
@@ -83,20 +84,32 @@ impl JobdHandle {
     }
 }
 
-/// Starts a worker daemon on the current runtime: reconciles the table, listens, connects
-/// to the master. `config.port = 0` picks a free port (see [`JobdHandle::addr`]).
+/// Starts a worker daemon on the current runtime with its targets in an engine of its own
+/// (standalone `jobyard jobd`): reconciles the table, listens, connects to the master.
+/// `config.port = 0` picks a free port (see [`JobdHandle::addr`]).
 pub async fn start_jobd(config: JobdConfig) -> std::io::Result<JobdHandle> {
-    start_jobd_with(config, Box::<LocalScheduler>::default()).await
+    start_jobd_with(config, Box::new(EngineScheduler::standalone())).await
 }
 
-/// [`start_jobd`] with the targets kept in `sched` (the engine-backed scheduler goes here;
-/// the config's targets are added to it).
+/// [`start_jobd`] with the targets kept in `sched` (an [`EngineScheduler`] on the server's
+/// broker inside `jobyard serve`); the config's targets are added to it.
 pub async fn start_jobd_with(
     config: JobdConfig,
     sched: Box<dyn Scheduler>,
 ) -> std::io::Result<JobdHandle> {
     let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
-    let addr = listener.local_addr()?;
+    Ok(serve_jobd(listener, config, sched).await)
+}
+
+/// Runs a worker daemon on an already bound listener (see [`start_jobd_with`]).
+pub async fn serve_jobd(
+    listener: TcpListener,
+    config: JobdConfig,
+    sched: Box<dyn Scheduler>,
+) -> JobdHandle {
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let worker = Worker::with_scheduler(&config, sched);
     if config.reclaim_on_start {
         let targets: Vec<String> = config.targets.iter().map(|t| t.0.clone()).collect();
@@ -117,6 +130,15 @@ pub async fn start_jobd_with(
     let allow_local = config.always_allow_localhost;
     let master = config.master.clone();
     let reconnect = Duration::from_secs(config.master_reconnect_timeout.max(1));
+    let wakeups = worker.inner.state.lock().unwrap().sched.take_wakeups();
+    let wake_task = wakeups.map(|mut mailbox| {
+        let w = worker.clone();
+        tokio::spawn(async move {
+            while mailbox.recv().await.is_some() {
+                w.start_ready();
+            }
+        })
+    });
     let done = tokio::spawn(async move {
         let master_task = master.map(|(h, p)| {
             let w = w.clone();
@@ -143,6 +165,9 @@ pub async fn start_jobd_with(
         if let Some(t) = master_task {
             t.abort();
         }
+        if let Some(t) = wake_task {
+            t.abort();
+        }
         if let Some(l) = w.inner.master.lock().unwrap().take() {
             l.close();
         }
@@ -151,12 +176,12 @@ pub async fn start_jobd_with(
             l.close();
         }
     });
-    Ok(JobdHandle {
+    JobdHandle {
         addr,
         worker,
         stop: Some(stop_tx),
         done,
-    })
+    }
 }
 
 fn reply_ok() -> Result<Value, String> {
@@ -164,9 +189,9 @@ fn reply_ok() -> Result<Value, String> {
 }
 
 impl Worker {
-    /// A worker for `config` (no listener; see [`start_jobd`]).
+    /// A worker for `config` with an engine of its own (no listener; see [`start_jobd`]).
     pub fn new(config: &JobdConfig) -> Worker {
-        Worker::with_scheduler(config, Box::<LocalScheduler>::default())
+        Worker::with_scheduler(config, Box::new(EngineScheduler::standalone()))
     }
 
     /// A worker whose targets live in `sched` (the engine-backed scheduler plugs in here).
@@ -558,7 +583,8 @@ impl Worker {
         }
     }
 
-    async fn run_job(&self, Start { id, target }: Start) {
+    async fn run_job(&self, start: Start) {
+        let id = start.id;
         let mut pause = Duration::from_millis(100);
         let premarked = self.inner.state.lock().unwrap().premarked.remove(&id);
         let marked = loop {
@@ -598,7 +624,12 @@ impl Worker {
             Some(false) => Err(format!("job {id} not found")),
             None => Err("worker is shutting down".to_string()),
         };
-        self.inner.state.lock().unwrap().sched.finished(&target);
+        self.inner
+            .state
+            .lock()
+            .unwrap()
+            .sched
+            .finished(&start, outcome.as_ref().ok());
         self.start_ready();
         self.kick();
         if let Ok(o) = &outcome {

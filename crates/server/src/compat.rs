@@ -141,6 +141,7 @@ pub fn parse(args: &[String]) -> Compat {
         wmp: None,
         http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         flows: Default::default(),
+        jobd_config: None,
         gearman: Default::default(),
     })
 }

@@ -296,6 +296,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             wmp: None,
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             flows: Default::default(),
+            jobd_config: None,
             fsync,
             max_job_size: DEFAULT_MAX_JOB_SIZE,
             max_connections: 10_000,

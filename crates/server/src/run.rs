@@ -194,6 +194,12 @@ async fn front_ends(
             .map_err(|e| Fatal(format!("cannot listen on {endpoint}: {e}"), 111))?;
         front_ends.push(Box::new(wmp));
     }
+    if let Some(path) = &settings.jobd_config {
+        let jobd = jobyard_jobd::JobdFrontEnd::bind(broker.clone(), path)
+            .await
+            .map_err(|e| Fatal(e, 111))?;
+        front_ends.push(Box::new(jobd));
+    }
     Ok(front_ends)
 }
 

@@ -49,6 +49,9 @@ pub struct Settings {
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
+    /// `None`: no jobd worker; else its ini file (docs/jobd.md).
+    /// Boxed: `Settings` travels inside enums and is kept small.
+    pub jobd_config: Option<Box<PathBuf>>,
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
@@ -146,6 +149,10 @@ pub struct ServeArgs {
     /// [default: HOSTNAME:PORT].
     #[arg(long, env = "JOBYARD_WMP_NAME")]
     pub wmp_name: Option<String>,
+    /// Run a jobd worker daemon with this jobd ini file, its targets as queues of this
+    /// server (docs/jobd.md) [default: none].
+    #[arg(long, env = "JOBYARD_JOBD_CONFIG")]
+    pub jobd_config: Option<PathBuf>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -330,6 +337,7 @@ impl ServeArgs {
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
                 ..jobyard_gearman::Config::default()
             }),
+            jobd_config: self.jobd_config.map(Box::new),
         })
     }
 }
@@ -375,6 +383,28 @@ mod tests {
             .map_err(|e| e.to_string())?
             .cmd;
         a.resolve()
+    }
+
+    #[test]
+    fn jobd_config_comes_from_the_flag_or_the_file() {
+        assert_eq!(
+            serve(&[]).unwrap().jobd_config,
+            None,
+            "no jobd worker by default"
+        );
+        let s = serve(&["--jobd-config", "/etc/jobd.conf"]).unwrap();
+        assert_eq!(
+            s.jobd_config.as_deref(),
+            Some(&PathBuf::from("/etc/jobd.conf"))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        std::fs::write(&path, "jobd_config = \"/srv/jobd.conf\"\n").unwrap();
+        let s = serve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(
+            s.jobd_config.as_deref(),
+            Some(&PathBuf::from("/srv/jobd.conf"))
+        );
     }
 
     #[test]
