@@ -857,3 +857,29 @@ fn a_next_queue_may_not_name_a_child_stage() {
         .unwrap()
         .contains("gather:req"));
 }
+
+/// A delay or a retry backoff that runs out while the server is down makes the job ready at
+/// the first tick after the restart; one still running keeps its time.
+#[test]
+fn delays_are_kept_across_a_restart() {
+    let mut s = Server::new();
+    s.define(r#"{"name":"d","stages":[{"name":"a","maxRetries":1,"backoffMs":60000}]}"#);
+    let soon = s.create("d", 1, json!({}));
+    let later = s.create("d", 1, json!({}));
+    let l = s.lease(W1, "a", T0).unwrap();
+    s.e.flow_delay(W1, &soon, l.token, T0 + 5 * SEC, "r", T0)
+        .unwrap();
+    let l = s.lease(W1, "a", T0).unwrap();
+    s.e.flow_fail(W1, &later, l.token, "e", T0).unwrap();
+    s.flush();
+    let mut r = s.restarted();
+    assert!(r.lease(W2, "a", T0 + 4 * SEC).is_none());
+    r.e.tick(T0 + 10 * SEC);
+    assert_eq!(r.lease(W2, "a", T0 + 10 * SEC).unwrap().id, soon);
+    assert!(
+        r.lease(W2, "a", T0 + 10 * SEC).is_none(),
+        "the backoff has 50 s to go"
+    );
+    r.e.tick(T0 + 60 * SEC);
+    assert_eq!(r.lease(W2, "a", T0 + 60 * SEC).unwrap().id, later);
+}
