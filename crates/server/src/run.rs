@@ -75,6 +75,9 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
 }
 
 async fn serve(settings: Settings) -> Result<(), Fatal> {
+    // Taken over first: a SIGTERM that arrives while the server starts (after its first
+    // replies, before the main loop) must mean a clean stop, not the default kill.
+    let signals = Signals::install();
     let broker = open_broker(&settings)?;
     broker.start();
     // Flows of the config are declared (logged only when new or changed) before any
@@ -125,7 +128,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
         settings.fsync
     );
 
-    wait_for_shutdown(&broker, &admin_shutdown).await;
+    signals.wait_for_shutdown(&broker, &admin_shutdown).await;
     tracing::info!("shutting down: no new connections; finishing what is in flight");
     if !gate.shut_down(Duration::from_secs(10)).await {
         tracing::warn!("some connections did not finish within 10 s");
@@ -214,18 +217,33 @@ async fn bind(
         .map_err(|e| Fatal(format!("cannot listen on {addr}: {e}"), 111))
 }
 
-async fn wait_for_shutdown(broker: &Arc<Broker>, admin_shutdown: &Notify) {
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = admin_shutdown.notified() => return,
-            _ = usr1.recv() => {
-                tracing::info!("SIGUSR1: drain mode; puts now get DRAINING until restart");
-                broker.start_draining();
+/// The signals the server handles, registered at start.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+            usr1: signal(SignalKind::user_defined1()).expect("SIGUSR1 handler"),
+        }
+    }
+
+    /// Returns on SIGTERM, SIGINT or an allowed admin `shutdown`; SIGUSR1 starts draining.
+    async fn wait_for_shutdown(mut self, broker: &Arc<Broker>, admin_shutdown: &Notify) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.int.recv() => return,
+                _ = admin_shutdown.notified() => return,
+                _ = self.usr1.recv() => {
+                    tracing::info!("SIGUSR1: drain mode; puts now get DRAINING until restart");
+                    broker.start_draining();
+                }
             }
         }
     }
