@@ -15,7 +15,8 @@ use crate::settings::{Settings, DEFAULT_MAX_JOB_SIZE, MAX_MAX_JOB_SIZE};
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 pub enum Compat {
-    Run(Settings),
+    /// Boxed: the settings are large and this enum is mostly passed by value.
+    Run(Box<Settings>),
     /// Print this to stdout and exit 0 (`-v`, `-h`).
     Print(String),
     /// Print this to stderr and exit with this code.
@@ -122,7 +123,7 @@ pub fn parse(args: &[String]) -> Compat {
     } else {
         format!("{addr}:{port}")
     };
-    Compat::Run(Settings {
+    Compat::Run(Box::new(Settings {
         data_dir: dir,
         beanstalk_listen: Some(listen),
         fsync,
@@ -143,7 +144,7 @@ pub fn parse(args: &[String]) -> Compat {
         flows: Default::default(),
         jobd_config: None,
         gearman: Default::default(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -153,7 +154,7 @@ mod tests {
     fn run(args: &[&str]) -> Settings {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         match parse(&args) {
-            Compat::Run(s) => s,
+            Compat::Run(s) => *s,
             other => panic!("{other:?}"),
         }
     }

@@ -116,7 +116,7 @@ fn parse_cli(argv: &[String]) -> Cli {
 
 fn beanstalkd(args: &[String]) -> settings::Settings {
     match compat::parse(args) {
-        compat::Compat::Run(s) => s,
+        compat::Compat::Run(s) => *s,
         compat::Compat::Print(text) => {
             print!("{text}");
             std::process::exit(0)
