@@ -14,7 +14,7 @@
 //! let workers = client
 //!     .worker(&["emails"])
 //!     .concurrency(4)
-//!     .start(|job: jobyard_client::Job| async move { Ok(job.body) });
+//!     .start(|job: jobyard_client::Job| async move { Ok::<_, jobyard_client::Failure>(job.body) });
 //! let outcome = client.wait(id, std::time::Duration::from_secs(5)).await?;
 //! workers.stop().await;
 //! # Ok(()) }
