@@ -139,6 +139,7 @@ pub fn parse(args: &[String]) -> Compat {
         gearman_listen: None,
         http_listen: None,
         http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
+        http_security: Default::default(),
         gearman: Default::default(),
     })
 }

@@ -1,0 +1,372 @@
+//! Access control on the HTTP listener: bearer tokens (or basic auth, for browsers) with a
+//! role each, checked before any route runs.
+//!
+//! Without tokens the listener is open, as it always was (the server then refuses to
+//! listen beyond loopback unless told it is fine: see `jobyard_http`). With tokens, every
+//! request needs one except `GET /metrics`, which Prometheus scrapes; a `read` token may
+//! look (GET and HEAD: the dashboard, listings, `/v1` reads) and an `admin` token may also
+//! act (every other method). A refusal is JSON with a stable code and nothing else:
+//! `auth_required` or `bad_token` (401), `forbidden` (403). docs/security.md has the model.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde_json::json;
+
+/// Shortest token accepted: a guessable token is worse than none, because it looks safe.
+pub const MIN_TOKEN_BYTES: usize = 16;
+/// Longest token accepted, and so the bound on a credential the server decodes.
+pub const MAX_TOKEN_BYTES: usize = 512;
+/// Longest `Authorization` header the server reads; a longer one is refused unread.
+pub const MAX_AUTHORIZATION_BYTES: usize = 1024;
+
+/// What a token lets its holder do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Look: GET and HEAD on every route (dashboard, admin views, `/v1` reads).
+    Read,
+    /// Look and act: every method on every route (actions, puts, leases, drain).
+    Admin,
+}
+
+impl Role {
+    fn parse(s: &str) -> Result<Role, String> {
+        match s {
+            "read" => Ok(Role::Read),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!("unknown role {other:?}: use read or admin")),
+        }
+    }
+
+    /// The role's name as written in settings and token files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The configured tokens. Its `Debug` never shows a token, so settings can be logged.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    entries: Vec<(Role, String)>,
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let roles: Vec<&str> = self.entries.iter().map(|(r, _)| r.as_str()).collect();
+        write!(f, "Tokens({roles:?})")
+    }
+}
+
+fn check_token(token: &str) -> Result<(), String> {
+    if token.len() < MIN_TOKEN_BYTES || token.len() > MAX_TOKEN_BYTES {
+        return Err(format!(
+            "a token is {MIN_TOKEN_BYTES} to {MAX_TOKEN_BYTES} bytes long (this one is {})",
+            token.len()
+        ));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+        return Err("a token is printable ASCII without spaces or commas".into());
+    }
+    Ok(())
+}
+
+impl Tokens {
+    /// No tokens: the listener is open.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many tokens of `role` there are.
+    pub fn count(&self, role: Role) -> usize {
+        self.entries.iter().filter(|(r, _)| *r == role).count()
+    }
+
+    /// Adds `token` with `role`, refusing a short or malformed token.
+    pub fn add(&mut self, role: Role, token: &str) -> Result<(), String> {
+        check_token(token)?;
+        self.entries.push((role, token.to_string()));
+        Ok(())
+    }
+
+    /// `--http-token`: a comma-separated list of `[ROLE:]TOKEN`, where a token without a
+    /// role is an admin token (the common case of one token for the operator).
+    pub fn add_list(&mut self, list: &str) -> Result<(), String> {
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (role, token) = match item.split_once(':') {
+                Some((role, token)) if role == "read" || role == "admin" => {
+                    (Role::parse(role)?, token)
+                }
+                _ => (Role::Admin, item),
+            };
+            self.add(role, token)
+                .map_err(|e| format!("--http-token: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// `--http-token-file`: one `ROLE TOKEN` per line; blank lines and `#` comments are
+    /// skipped. `name` is the file's name, for messages.
+    pub fn add_file(&mut self, name: &str, text: &str) -> Result<(), String> {
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = |e: String| format!("{name}:{}: {e}", n + 1);
+            let mut words = line.split_whitespace();
+            let (Some(role), Some(token), None) = (words.next(), words.next(), words.next()) else {
+                return Err(at("expected `ROLE TOKEN` (role read or admin)".into()));
+            };
+            self.add(Role::parse(role).map_err(at)?, token)
+                .map_err(at)?;
+        }
+        Ok(())
+    }
+
+    /// The role of a presented token, if it is one of ours. Every configured token is
+    /// compared in full, in time that does not depend on where they differ.
+    pub fn role_of(&self, presented: &[u8]) -> Option<Role> {
+        let mut found = None;
+        for (role, token) in &self.entries {
+            if constant_time_eq(token.as_bytes(), presented) {
+                found = found.max(Some(*role));
+            }
+        }
+        found
+    }
+}
+
+/// Equal bytes, compared without an early exit (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a request was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No credentials (401 `auth_required`).
+    Missing,
+    /// Credentials that are not a configured token, or not readable (401 `bad_token`).
+    Unknown,
+    /// A read-only token asked to act (403 `forbidden`).
+    ReadOnly,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            Refusal::Missing => (
+                StatusCode::UNAUTHORIZED,
+                "auth_required",
+                "this server needs a token: send `Authorization: Bearer TOKEN` (or basic auth with the token as password)",
+            ),
+            Refusal::Unknown => (
+                StatusCode::UNAUTHORIZED,
+                "bad_token",
+                "the token is not one this server knows",
+            ),
+            Refusal::ReadOnly => (
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "this token may only read; actions need an admin token",
+            ),
+        };
+        let body = Json(json!({ "error": { "code": code, "message": message } }));
+        if status == StatusCode::UNAUTHORIZED {
+            // Lets a browser ask its user for the token (as the basic-auth password).
+            let challenge = [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"jobyard\", charset=\"UTF-8\"",
+            )];
+            (status, challenge, body).into_response()
+        } else {
+            (status, body).into_response()
+        }
+    }
+}
+
+/// The token in `Authorization: Bearer TOKEN`, or the password of
+/// `Authorization: Basic base64(USER:PASSWORD)` (the user name is not checked).
+fn presented_token(headers: &HeaderMap) -> Result<Option<Vec<u8>>, Refusal> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value.as_bytes();
+    if value.len() > MAX_AUTHORIZATION_BYTES {
+        return Err(Refusal::Unknown);
+    }
+    let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
+        Some(i) => (&value[..i], value[i + 1..].trim_ascii()),
+        None => (value, &b""[..]),
+    };
+    if scheme.eq_ignore_ascii_case(b"bearer") {
+        Ok(Some(rest.to_vec()))
+    } else if scheme.eq_ignore_ascii_case(b"basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .map_err(|_| Refusal::Unknown)?;
+        let colon = decoded.iter().position(|&b| b == b':');
+        let password = colon.map_or(&decoded[..0], |i| &decoded[i + 1..]);
+        Ok(Some(password.to_vec()))
+    } else {
+        Err(Refusal::Unknown)
+    }
+}
+
+/// What a request may do: `Ok` to serve it, else the refusal.
+pub fn check(
+    tokens: &Tokens,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
+    if tokens.is_empty()
+        || (path == "/metrics" && (method == Method::GET || method == Method::HEAD))
+    {
+        return Ok(());
+    }
+    let presented = presented_token(headers)?.ok_or(Refusal::Missing)?;
+    match tokens.role_of(&presented) {
+        None => Err(Refusal::Unknown),
+        Some(Role::Admin) => Ok(()),
+        Some(Role::Read) if method == Method::GET || method == Method::HEAD => Ok(()),
+        Some(Role::Read) => Err(Refusal::ReadOnly),
+    }
+}
+
+/// Middleware for the whole listener (`axum::middleware::from_fn_with_state`).
+pub async fn require_token(
+    State(tokens): State<Arc<Tokens>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match check(&tokens, req.method(), req.uri().path(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    const ADMIN: &str = "admin-token-0123456789";
+    const READER: &str = "reader-token-0123456789";
+
+    fn tokens() -> Tokens {
+        let mut t = Tokens::default();
+        t.add_list(&format!("{ADMIN},read:{READER}")).unwrap();
+        t
+    }
+
+    fn with(auth: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_str(auth).unwrap());
+        h
+    }
+
+    fn basic(user: &str, password: &str) -> HeaderMap {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        with(&format!("Basic {b64}"))
+    }
+
+    #[test]
+    fn without_tokens_everything_is_open() {
+        let open = Tokens::default();
+        assert_eq!(
+            check(&open, &Method::POST, "/admin/api/drain", &HeaderMap::new()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn roles_decide_between_looking_and_acting() {
+        let t = tokens();
+        let get = Method::GET;
+        let post = Method::POST;
+        assert_eq!(
+            check(&t, &get, "/", &HeaderMap::new()),
+            Err(Refusal::Missing)
+        );
+        assert_eq!(check(&t, &get, "/metrics", &HeaderMap::new()), Ok(()));
+        assert_eq!(
+            check(&t, &post, "/metrics", &HeaderMap::new()),
+            Err(Refusal::Missing)
+        );
+        let reader = with(&format!("Bearer {READER}"));
+        assert_eq!(check(&t, &get, "/admin/api/overview", &reader), Ok(()));
+        assert_eq!(check(&t, &Method::HEAD, "/", &reader), Ok(()));
+        assert_eq!(
+            check(&t, &post, "/admin/api/drain", &reader),
+            Err(Refusal::ReadOnly)
+        );
+        assert_eq!(
+            check(&t, &Method::DELETE, "/v1/jobs/1", &reader),
+            Err(Refusal::ReadOnly)
+        );
+        let admin = with(&format!("bearer {ADMIN}"));
+        assert_eq!(check(&t, &post, "/admin/api/drain", &admin), Ok(()));
+        assert_eq!(
+            check(&t, &post, "/v1/lease", &basic("anyone", ADMIN)),
+            Ok(())
+        );
+        assert_eq!(check(&t, &get, "/", &basic("", READER)), Ok(()));
+    }
+
+    #[test]
+    fn wrong_or_unreadable_credentials_are_refused() {
+        let t = tokens();
+        let get = Method::GET;
+        for bad in [
+            "Bearer nope-nope-nope-nope",
+            "Bearer ",
+            "Bearer",
+            &format!("Bearer {ADMIN}x"),
+            &format!("Token {ADMIN}"),
+            "Basic !!!not-base64!!!",
+        ] {
+            assert_eq!(
+                check(&t, &get, "/", &with(bad)),
+                Err(Refusal::Unknown),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            check(&t, &get, "/", &basic(ADMIN, "")),
+            Err(Refusal::Unknown)
+        );
+        let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION_BYTES));
+        assert_eq!(check(&t, &get, "/", &with(&huge)), Err(Refusal::Unknown));
+    }
+
+    #[test]
+    fn token_settings_are_checked_and_never_shown() {
+        let mut t = Tokens::default();
+        assert!(t.add_list("short").unwrap_err().contains("16 to 512"));
+        assert!(t.add_list("read:with space in it!!").is_err());
+        let file = "# operators\nadmin  admin-token-0123456789\n\nread reader-token-0123456789\n";
+        t.add_file("tokens", file).unwrap();
+        assert_eq!((t.count(Role::Admin), t.count(Role::Read)), (1, 1));
+        assert!(!format!("{t:?}").contains("0123456789"));
+        let err = t
+            .add_file("tokens", "writer some-token-0123456789\n")
+            .unwrap_err();
+        assert!(err.starts_with("tokens:1: unknown role"), "{err}");
+        let err = t.add_file("tokens", "\nadmin\n").unwrap_err();
+        assert!(err.starts_with("tokens:2: expected"), "{err}");
+        // A token may contain a colon; only `read:`/`admin:` prefixes name a role.
+        t.add_list("weird:token-0123456789").unwrap();
+        assert_eq!(t.role_of(b"weird:token-0123456789"), Some(Role::Admin));
+    }
+}
