@@ -18,7 +18,9 @@ const num = (n) => (n ?? 0).toLocaleString("en-US");
 const enc = encodeURIComponent;
 
 async function api(path, method = "GET") {
-  const res = await fetch(API + path, { method });
+  // location.origin, not a relative URL: a page opened as http://user:token@host/ would
+  // make fetch refuse a URL carrying credentials; the browser resends them by itself.
+  const res = await fetch(location.origin + API + path, { method, credentials: "same-origin" });
   const body = await res.json().catch(() => ({}));
   if (!res.ok) {
     const msg = body.error ? body.error.message : res.status + " " + res.statusText;
@@ -113,12 +115,12 @@ async function queueView(name, state, after) {
     .join("");
   const rows = page.jobs
     .map(
-      (j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td class="num">${j.pri}</td>
+      (j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td class="num">${j.pri}</td>
       <td class="num">${num(j.age_s)} s</td><td class="num">${j.reserves}</td><td class="body">${esc(j.body_preview)}</td>
       <td>${jobButtons(j)}</td></tr>`
     )
     .join("");
-  const more = page.next ? `<a href="#/queue/${enc(name)}/${state}/${enc(page.next)}">next page →</a>` : "";
+  const more = page.next ? `<a id="next-page" href="#/queue/${enc(name)}/${state}/${enc(page.next)}">next page →</a>` : "";
   $("#view").innerHTML = `<h1>Queue ${esc(name)} ${q.paused ? '<span class="muted">(paused)</span>' : ""}</h1>
     <div class="bar">${
       q.paused
