@@ -69,14 +69,18 @@ function chart(canvas) {
   ctx.lineWidth = 2;
   ctx.beginPath();
   const now = Date.now();
+  // The span shown grows with what has been seen since the page opened: at least a minute,
+  // at most the history kept, so a fresh page does not squeeze its data into one edge.
+  const span = Math.min(HISTORY_SPAN_MS, Math.max(60 * 1000, HISTORY.length ? now - HISTORY[0].at : 0));
   HISTORY.forEach((p, i) => {
-    const x = w - ((now - p.at) / HISTORY_SPAN_MS) * w;
+    const x = w - ((now - p.at) / span) * w;
     const y = h - 8 - (p.perSec / max) * (h - 24);
     i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
   });
   ctx.stroke();
   ctx.fillStyle = "#6b7585";
-  ctx.fillText("jobs created/s, last 10 min (max " + max.toFixed(1) + ")", 8, 14);
+  const last = span >= 120 * 1000 ? Math.round(span / 60000) + " min" : Math.round(span / 1000) + " s";
+  ctx.fillText("jobs created/s, last " + last + " (max " + max.toFixed(1) + ")", 8, 14);
 }
 
 async function queuesView() {

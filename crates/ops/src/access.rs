@@ -197,10 +197,16 @@ impl IntoResponse for Refusal {
 /// The token in `Authorization: Bearer TOKEN`, or the password of
 /// `Authorization: Basic base64(USER:PASSWORD)` (the user name is not checked).
 fn presented_token(headers: &HeaderMap) -> Result<Option<Vec<u8>>, Refusal> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Ok(None);
-    };
-    let value = value.as_bytes();
+    headers
+        .get(header::AUTHORIZATION)
+        .map(|value| decode_authorization(value.as_bytes()))
+        .transpose()
+}
+
+/// Decodes an `Authorization` header value into the token it presents (public for the
+/// fuzz target, fuzz/fuzz_targets/http_credentials.rs). Bounded: a value over
+/// [`MAX_AUTHORIZATION_BYTES`] is refused before it is decoded.
+pub fn decode_authorization(value: &[u8]) -> Result<Vec<u8>, Refusal> {
     if value.len() > MAX_AUTHORIZATION_BYTES {
         return Err(Refusal::Unknown);
     }
@@ -209,14 +215,13 @@ fn presented_token(headers: &HeaderMap) -> Result<Option<Vec<u8>>, Refusal> {
         None => (value, &b""[..]),
     };
     if scheme.eq_ignore_ascii_case(b"bearer") {
-        Ok(Some(rest.to_vec()))
+        Ok(rest.to_vec())
     } else if scheme.eq_ignore_ascii_case(b"basic") {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(rest)
             .map_err(|_| Refusal::Unknown)?;
         let colon = decoded.iter().position(|&b| b == b':');
-        let password = colon.map_or(&decoded[..0], |i| &decoded[i + 1..]);
-        Ok(Some(password.to_vec()))
+        Ok(colon.map_or(Vec::new(), |i| decoded[i + 1..].to_vec()))
     } else {
         Err(Refusal::Unknown)
     }
