@@ -26,7 +26,7 @@ ADMIN_ROUTES = [
     ("GET", "/admin/api/overview"), ("GET", "/admin/api/queues/q"),
     ("POST", "/admin/api/queues/q/kick"), ("POST", "/admin/api/queues/q/pause"),
     ("GET", "/admin/api/jobs/1"), ("POST", "/admin/api/jobs/1/kick"),
-    ("POST", "/admin/api/drain"), ("GET", "/no/such/route"),
+    ("POST", "/admin/api/drain"), ("GET", "/admin/api/whoami"), ("GET", "/no/such/route"),
 ]
 
 
@@ -70,6 +70,10 @@ def test_every_route_needs_a_token_and_read_tokens_only_look(start_http):
         if path != "/admin/api/drain":
             as_admin = call(srv, method, path, token=ADMIN)
             assert as_admin.status_code not in (401, 403), (method, path, as_admin.text)
+    # The dashboard learns the caller's role (to hide actions from read-only tokens).
+    assert call(srv, "GET", "/admin/api/whoami", token=READER).json() == {
+        "role": "read", "tokens_required": True}
+    assert call(srv, "GET", "/admin/api/whoami", token=ADMIN).json()["role"] == "admin"
     # Prometheus scrapes without a token; nothing else is open.
     assert requests.get(srv.url("/metrics"), timeout=30).status_code == 200
     assert call(srv, "POST", "/admin/api/drain", token=ADMIN).status_code == 200

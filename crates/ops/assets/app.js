@@ -197,6 +197,19 @@ async function route() {
   if (!parts[0] || parts[0] === "connections") timer = setTimeout(route, REFRESH_MS);
 }
 
+// A read-only token sees no action buttons (the server would refuse them anyway).
+async function whoami() {
+  try {
+    const me = await api("/whoami");
+    if (me.role === "read") {
+      document.body.classList.add("read-only");
+      $("#role").textContent = "read-only";
+    }
+  } catch (e) {
+    // The views say what is wrong; the buttons stay.
+  }
+}
+
 window.act = act;
 window.addEventListener("hashchange", route);
-route();
+whoami().then(route);

@@ -227,35 +227,58 @@ pub fn decode_authorization(value: &[u8]) -> Result<Vec<u8>, Refusal> {
     }
 }
 
-/// What a request may do: `Ok` to serve it, else the refusal.
+/// What the access check let a request do; handlers find it in the request's extensions
+/// (the dashboard asks, to show a read-only view without buttons that would be refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// The role of the token presented; `Admin` on a listener without tokens.
+    pub role: Role,
+    /// Whether the listener asks for tokens at all.
+    pub tokens_required: bool,
+}
+
+/// What a request may do: what it was granted, else the refusal.
 pub fn check(
     tokens: &Tokens,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
-) -> Result<(), Refusal> {
-    if tokens.is_empty()
-        || (path == "/metrics" && (method == Method::GET || method == Method::HEAD))
-    {
-        return Ok(());
+) -> Result<Granted, Refusal> {
+    if tokens.is_empty() {
+        return Ok(Granted {
+            role: Role::Admin,
+            tokens_required: false,
+        });
+    }
+    let looks = method == Method::GET || method == Method::HEAD;
+    if path == "/metrics" && looks {
+        return Ok(Granted {
+            role: Role::Read,
+            tokens_required: true,
+        });
     }
     let presented = presented_token(headers)?.ok_or(Refusal::Missing)?;
-    match tokens.role_of(&presented) {
-        None => Err(Refusal::Unknown),
-        Some(Role::Admin) => Ok(()),
-        Some(Role::Read) if method == Method::GET || method == Method::HEAD => Ok(()),
-        Some(Role::Read) => Err(Refusal::ReadOnly),
+    let role = tokens.role_of(&presented).ok_or(Refusal::Unknown)?;
+    if role == Role::Read && !looks {
+        return Err(Refusal::ReadOnly);
     }
+    Ok(Granted {
+        role,
+        tokens_required: true,
+    })
 }
 
 /// Middleware for the whole listener (`axum::middleware::from_fn_with_state`).
 pub async fn require_token(
     State(tokens): State<Arc<Tokens>>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     match check(&tokens, req.method(), req.uri().path(), req.headers()) {
-        Ok(()) => next.run(req).await,
+        Ok(granted) => {
+            req.extensions_mut().insert(granted);
+            next.run(req).await
+        }
         Err(refusal) => refusal.into_response(),
     }
 }
@@ -286,12 +309,21 @@ mod tests {
         with(&format!("Basic {b64}"))
     }
 
+    /// The role a request was granted, or why it was refused.
+    fn role(t: &Tokens, method: &Method, path: &str, headers: &HeaderMap) -> Result<Role, Refusal> {
+        check(t, method, path, headers).map(|g| g.role)
+    }
+
     #[test]
     fn without_tokens_everything_is_open() {
         let open = Tokens::default();
+        let granted = check(&open, &Method::POST, "/admin/api/drain", &HeaderMap::new());
         assert_eq!(
-            check(&open, &Method::POST, "/admin/api/drain", &HeaderMap::new()),
-            Ok(())
+            granted,
+            Ok(Granted {
+                role: Role::Admin,
+                tokens_required: false
+            })
         );
     }
 
@@ -301,32 +333,38 @@ mod tests {
         let get = Method::GET;
         let post = Method::POST;
         assert_eq!(
-            check(&t, &get, "/", &HeaderMap::new()),
+            role(&t, &get, "/", &HeaderMap::new()),
             Err(Refusal::Missing)
         );
-        assert_eq!(check(&t, &get, "/metrics", &HeaderMap::new()), Ok(()));
         assert_eq!(
-            check(&t, &post, "/metrics", &HeaderMap::new()),
+            role(&t, &get, "/metrics", &HeaderMap::new()),
+            Ok(Role::Read)
+        );
+        assert_eq!(
+            role(&t, &post, "/metrics", &HeaderMap::new()),
             Err(Refusal::Missing)
         );
         let reader = with(&format!("Bearer {READER}"));
-        assert_eq!(check(&t, &get, "/admin/api/overview", &reader), Ok(()));
-        assert_eq!(check(&t, &Method::HEAD, "/", &reader), Ok(()));
         assert_eq!(
-            check(&t, &post, "/admin/api/drain", &reader),
+            role(&t, &get, "/admin/api/overview", &reader),
+            Ok(Role::Read)
+        );
+        assert_eq!(role(&t, &Method::HEAD, "/", &reader), Ok(Role::Read));
+        assert_eq!(
+            role(&t, &post, "/admin/api/drain", &reader),
             Err(Refusal::ReadOnly)
         );
         assert_eq!(
-            check(&t, &Method::DELETE, "/v1/jobs/1", &reader),
+            role(&t, &Method::DELETE, "/v1/jobs/1", &reader),
             Err(Refusal::ReadOnly)
         );
         let admin = with(&format!("bearer {ADMIN}"));
-        assert_eq!(check(&t, &post, "/admin/api/drain", &admin), Ok(()));
+        assert_eq!(role(&t, &post, "/admin/api/drain", &admin), Ok(Role::Admin));
         assert_eq!(
-            check(&t, &post, "/v1/lease", &basic("anyone", ADMIN)),
-            Ok(())
+            role(&t, &post, "/v1/lease", &basic("anyone", ADMIN)),
+            Ok(Role::Admin)
         );
-        assert_eq!(check(&t, &get, "/", &basic("", READER)), Ok(()));
+        assert_eq!(role(&t, &get, "/", &basic("", READER)), Ok(Role::Read));
     }
 
     #[test]
@@ -342,17 +380,17 @@ mod tests {
             "Basic !!!not-base64!!!",
         ] {
             assert_eq!(
-                check(&t, &get, "/", &with(bad)),
+                role(&t, &get, "/", &with(bad)),
                 Err(Refusal::Unknown),
                 "{bad}"
             );
         }
         assert_eq!(
-            check(&t, &get, "/", &basic(ADMIN, "")),
+            role(&t, &get, "/", &basic(ADMIN, "")),
             Err(Refusal::Unknown)
         );
         let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION_BYTES));
-        assert_eq!(check(&t, &get, "/", &with(&huge)), Err(Refusal::Unknown));
+        assert_eq!(role(&t, &get, "/", &with(&huge)), Err(Refusal::Unknown));
     }
 
     #[test]
