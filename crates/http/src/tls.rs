@@ -146,3 +146,51 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for LazyTls<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path, cert: &str, key: Option<&str>) -> TlsFiles {
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert).unwrap();
+        if let Some(key) = key {
+            std::fs::write(&files.key, key).unwrap();
+        }
+        files
+    }
+
+    /// Usable files are covered end to end (tests/http/test_http_security.py, with a CA
+    /// and certificate made by openssl); these are the refusals, each naming its file.
+    #[test]
+    fn unusable_files_are_refused_with_the_file_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = acceptor(&files(dir.path(), "not a certificate\n", Some(""))).err();
+        let err = err.expect("refused");
+        assert!(
+            err.contains("cert.pem") && err.contains("no `BEGIN CERTIFICATE`"),
+            "{err}"
+        );
+
+        let junk_cert = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let err = acceptor(&files(dir.path(), junk_cert, None)).err();
+        let err = err.expect("refused");
+        assert!(
+            err.starts_with("TLS key") && err.contains("key.pem"),
+            "{err}"
+        );
+
+        let err = acceptor(&files(dir.path(), junk_cert, Some("no key here\n"))).err();
+        assert!(err.expect("refused").contains("key.pem"));
+
+        let missing = TlsFiles {
+            cert: dir.path().join("absent.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        let err = acceptor(&missing).err().expect("refused");
+        assert!(err.contains("absent.pem"), "{err}");
+    }
+}
