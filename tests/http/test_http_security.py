@@ -216,3 +216,15 @@ def test_unusable_tls_files_stop_the_server_with_a_reason(tmp_path):
     assert swapped.returncode != 0 and "TLS" in swapped.stderr
     half = serve_and_fail(tmp_path, "--http-tls-cert", str(cert))
     assert half.returncode != 0 and "go together" in half.stderr
+
+
+def test_access_settings_come_from_the_config_file_too(start_http, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"read {READER}\n")
+    config = tmp_path / "jobyard.toml"
+    config.write_text(f'http_token = "{ADMIN}"\nhttp_token_file = "{tokens}"\n')
+    srv = start_http(["--config", str(config)], token=ADMIN)
+    assert requests.get(srv.url("/admin/api/overview"), timeout=30).status_code == 401
+    assert call(srv, "GET", "/admin/api/overview", token=READER).status_code == 200
+    assert call(srv, "POST", "/admin/api/queues/q/pause", token=READER).status_code == 403
+    assert "tokens required (1 admin, 1 read-only)" in srv.log()

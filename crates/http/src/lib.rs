@@ -125,10 +125,12 @@ impl HttpFrontEnd {
             None => None,
         };
         let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
         config
             .security
-            .check_exposure(listener.local_addr()?)
+            .check_exposure(local)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+        config.security.log_access(local);
         Ok(HttpFrontEnd {
             broker,
             config,
@@ -145,13 +147,9 @@ impl FrontEnd for HttpFrontEnd {
 
     fn describe(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let guard = match self.config.security.tokens.is_empty() {
-            true => "no tokens",
-            false => "tokens required",
-        };
         self.listener
             .local_addr()
-            .map(|a| format!("{scheme}://{a} ({guard})"))
+            .map(|a| format!("{scheme}://{a}"))
             .unwrap_or_default()
     }
 

@@ -69,6 +69,25 @@ impl Security {
         }
         Ok(())
     }
+
+    /// Says at start how the listener on `addr` is guarded, so an operator reading the log
+    /// sees an open listener for what it is.
+    pub fn log_access(&self, addr: SocketAddr) {
+        use jobyard_ops::access::Role;
+        if !self.tokens.is_empty() {
+            tracing::info!(
+                "http: tokens required ({} admin, {} read-only)",
+                self.tokens.count(Role::Admin),
+                self.tokens.count(Role::Read)
+            );
+        } else if addr.ip().is_loopback() {
+            tracing::info!("http: no tokens configured; open to local clients only");
+        } else {
+            tracing::warn!(
+                "http: no tokens on {addr} (--http-insecure): anyone who reaches it may act"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
