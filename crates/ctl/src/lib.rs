@@ -25,7 +25,8 @@ pub struct CtlArgs {
     /// Token for a server that requires one (`read` to look, `admin` to act).
     #[arg(long, env = "JOBYARD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// PEM file of the CA (or the self-signed certificate) to trust for an https:// URL.
+    /// PEM file of the CA that signed the server's certificate, for an https:// URL
+    /// (instead of the public roots).
     #[arg(long, env = "JOBYARD_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
     /// Print the server's JSON instead of tables.

@@ -124,7 +124,7 @@ pub struct ServeArgs {
     pub http_worker_idle_ms: Option<u64>,
     /// Tokens the HTTP listener requires: comma-separated `[ROLE:]TOKEN`, role `read` or
     /// `admin` (the default); prefer --http-token-file, which `ps` does not show.
-    #[arg(long, env = "JOBYARD_HTTP_TOKEN")]
+    #[arg(long, env = "JOBYARD_HTTP_TOKEN", hide_env_values = true)]
     pub http_token: Option<String>,
     /// File of HTTP tokens, one `ROLE TOKEN` per line (`#` comments).
     #[arg(long, env = "JOBYARD_HTTP_TOKEN_FILE")]
