@@ -178,3 +178,29 @@ def test_the_dashboard_behind_a_read_token_with_basic_auth(browser, start_http):
     assert browser.find_element("id", "role").text == "read-only"
     assert not any(b.is_displayed() for b in browser.find_elements("tag name", "button"))
     shot(browser, "read-only")
+
+
+def test_the_job_page_and_the_connections_page(browser, http):
+    with beanstalk(http, "reports") as c:
+        job = c.put("quarterly figures " + "x" * 300, priority=7)
+        browser.get(http.url(f"/#/job/{job}"))
+        wait_until(browser, lambda d: d.find_elements("css selector", "dl dd"), "the job's fields")
+        fields = dict(zip(
+            [e.text for e in browser.find_elements("css selector", "dl dt")],
+            [e.text for e in browser.find_elements("css selector", "dl dd")]))
+        assert fields["queue"] == "reports" and fields["state"] == "ready"
+        assert fields["priority"] == "7"
+        assert fields["body"].startswith("quarterly figures") and fields["body"].endswith("…")
+        shot(browser, "job-page")
+        # The beanstalkd connection is open while the page is drawn.
+        browser.get(http.url("/#/connections"))
+        wait_until(browser, lambda d: "beanstalk" in d.find_element("id", "protocols").text,
+                   "the protocols table")
+        rows = {r.find_elements("tag name", "td")[0].text: r.find_elements("tag name", "td")
+                for r in browser.find_elements("css selector", "#protocols tr")[1:]}
+        assert int(rows["beanstalk"][1].text) >= 1
+        assert int(rows["beanstalk"][4].text) == 1  # jobs created over beanstalkd
+        shot(browser, "connections")
+    browser.get(http.url("/#/job/999999"))
+    wait_until(browser, lambda d: "may have finished" in d.find_element("id", "view").text,
+               "a clear message for a job that is gone")
