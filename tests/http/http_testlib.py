@@ -65,11 +65,13 @@ class HttpServer:
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
-                    # Not through the session: its kept-alive connection would hold a place.
-                    probe = requests.get(self.url("/v1/health"), timeout=2,
-                                         headers=self.session.headers,
-                                         verify=str(self.ca) if self.ca else True)
-                    if probe.status_code == 200:
+                    # A connection of its own, closed at once: a kept-alive one would hold
+                    # a place under --max-connections.
+                    headers = {**self.session.headers, "Connection": "close"}
+                    with requests.get(self.url("/v1/health"), timeout=2, headers=headers,
+                                      verify=str(self.ca) if self.ca else True) as probe:
+                        answered = probe.status_code == 200
+                    if answered:
                         return self
                 except requests.RequestException:
                     time.sleep(0.05)

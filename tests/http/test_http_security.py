@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from http_testlib import binary_path, error_code, free_port, start_http  # noqa: F401
+from http_testlib import binary_path, error_code, free_port, http, start_http  # noqa: F401
 
 ADMIN = "admin-token-for-tests-0123456789"
 READER = "reader-token-for-tests-0123456789"
@@ -228,3 +228,23 @@ def test_access_settings_come_from_the_config_file_too(start_http, tmp_path):
     assert call(srv, "GET", "/admin/api/overview", token=READER).status_code == 200
     assert call(srv, "POST", "/admin/api/queues/q/pause", token=READER).status_code == 403
     assert "tokens required (1 admin, 1 read-only)" in srv.log()
+
+
+def test_browsers_cannot_act_for_another_site_nor_rebind_a_local_listener(http):
+    # An open listener on loopback (no tokens): the case a web page could reach.
+    drain = http.url("/admin/api/queues/q/pause")
+    for forged in ({"Origin": "http://evil.example"}, {"Origin": "null"},
+                   {"Sec-Fetch-Site": "cross-site"}):
+        r = requests.post(drain, headers=forged, timeout=30)
+        assert r.status_code == 403 and error_code(r) == "cross_site", forged
+    own = requests.post(http.url("/v1/queues/q/jobs"), json={},
+                        headers={"Origin": http.url("").rstrip("/"), "Sec-Fetch-Site": "same-origin"},
+                        timeout=30)
+    assert own.status_code == 201, own.text
+    # DNS rebinding: the request reaches 127.0.0.1 but names another host.
+    rebound = requests.get(http.url("/admin/api/overview"), headers={"Host": "evil.example"},
+                           timeout=30)
+    assert rebound.status_code == 403 and error_code(rebound) == "host_not_local"
+    local = requests.get(http.url("/admin/api/overview"),
+                         headers={"Host": f"localhost:{http.hport}"}, timeout=30)
+    assert local.status_code == 200

@@ -160,7 +160,7 @@ impl FrontEnd for HttpFrontEnd {
             listener,
             tls,
         } = *self;
-        let tokens = Arc::new(config.security.tokens.clone());
+        let guard = Arc::new(config.security.guard());
         let metrics = broker.metrics().protocol("http", &COMMAND_NAMES);
         let (anonymous, _) = broker.connect();
         let api = Api {
@@ -176,11 +176,11 @@ impl FrontEnd for HttpFrontEnd {
         };
         tokio::spawn(sweep_idle_workers(api.clone()));
         // The operator's routes (dashboard, /metrics, admin API) share the listener.
-        // Every route, the fallback included, is behind the token check.
+        // Every route, the fallback included, is behind the access checks.
         let app = routes::router(api.clone())
             .merge(jobyard_ops::router(api.broker.clone()))
             .layer(axum::middleware::from_fn_with_state(
-                tokens,
+                guard,
                 jobyard_ops::access::require_token,
             ));
         let mut stop = gate.shutdown_signal();

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use jobyard_ops::access::Tokens;
+use jobyard_ops::access::{Guard, Tokens};
 
 use crate::tls::TlsFiles;
 
@@ -68,6 +68,15 @@ impl Security {
             ));
         }
         Ok(())
+    }
+
+    /// What the middleware checks. An open listener that is not declared insecure is on
+    /// loopback ([`Security::check_exposure`]), so it answers only to loopback names.
+    pub fn guard(&self) -> Guard {
+        Guard {
+            tokens: self.tokens.clone(),
+            local_hosts_only: self.tokens.is_empty() && !self.insecure,
+        }
     }
 
     /// Says at start how the listener on `addr` is guarded, so an operator reading the log

@@ -159,6 +159,11 @@ pub enum Refusal {
     Unknown,
     /// A read-only token asked to act (403 `forbidden`).
     ReadOnly,
+    /// An action sent by a browser on behalf of another site (403 `cross_site`).
+    CrossSite,
+    /// An open loopback listener reached under a name that is not local, as a DNS
+    /// rebinding attack would (403 `host_not_local`).
+    HostNotLocal,
 }
 
 impl IntoResponse for Refusal {
@@ -178,6 +183,16 @@ impl IntoResponse for Refusal {
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 "this token may only read; actions need an admin token",
+            ),
+            Refusal::CrossSite => (
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "actions are taken only from this server's own pages, not from another site's",
+            ),
+            Refusal::HostNotLocal => (
+                StatusCode::FORBIDDEN,
+                "host_not_local",
+                "this listener has no tokens and answers only to localhost, 127.0.0.1 or [::1]",
             ),
         };
         let body = Json(json!({ "error": { "code": code, "message": message } }));
@@ -268,13 +283,77 @@ pub fn check(
     })
 }
 
+/// What the listener's middleware checks.
+#[derive(Clone, Debug, Default)]
+pub struct Guard {
+    /// Empty: no token asked for.
+    pub tokens: Tokens,
+    /// Answer only requests addressed to a loopback name (`localhost`, `127.0.0.0/8`,
+    /// `[::1]`): set for an open listener on loopback, where a web page the operator
+    /// visits could otherwise rebind its own domain to 127.0.0.1 and use the API.
+    pub local_hosts_only: bool,
+}
+
+/// Refuses what a browser sends on another site's behalf (CSRF): an action (any method
+/// but GET and HEAD) whose `Origin` is not this server, or that the browser marks as not
+/// same-origin (`Sec-Fetch-Site`). Programs send neither header and are not affected.
+/// With `local_hosts_only`, also refuses a `Host` that is not a loopback name.
+pub fn check_browser(
+    headers: &HeaderMap,
+    method: &Method,
+    local_hosts_only: bool,
+) -> Result<(), Refusal> {
+    let host = headers.get(header::HOST).map(|h| h.as_bytes());
+    if local_hosts_only && !host.is_none_or(is_local_host) {
+        return Err(Refusal::HostNotLocal);
+    }
+    if method == Method::GET || method == Method::HEAD {
+        return Ok(());
+    }
+    if let Some(site) = headers.get("sec-fetch-site") {
+        if !matches!(site.as_bytes(), b"same-origin" | b"none") {
+            return Err(Refusal::CrossSite);
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.as_bytes();
+        let authority = origin
+            .windows(3)
+            .position(|w| w == b"://")
+            .map(|i| &origin[i + 3..]);
+        match (authority, host) {
+            (Some(a), Some(h)) if a.eq_ignore_ascii_case(h) => {}
+            _ => return Err(Refusal::CrossSite),
+        }
+    }
+    Ok(())
+}
+
+/// `localhost`, a `127.0.0.0/8` address or `[::1]`, with or without a port.
+fn is_local_host(host: &[u8]) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _port)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Middleware for the whole listener (`axum::middleware::from_fn_with_state`).
 pub async fn require_token(
-    State(tokens): State<Arc<Tokens>>,
+    State(guard): State<Arc<Guard>>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    match check(&tokens, req.method(), req.uri().path(), req.headers()) {
+    let checked = check_browser(req.headers(), req.method(), guard.local_hosts_only)
+        .and_then(|()| check(&guard.tokens, req.method(), req.uri().path(), req.headers()));
+    match checked {
         Ok(granted) => {
             req.extensions_mut().insert(granted);
             next.run(req).await
@@ -391,6 +470,80 @@ mod tests {
         );
         let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION_BYTES));
         assert_eq!(role(&t, &get, "/", &with(&huge)), Err(Refusal::Unknown));
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn actions_from_another_site_are_refused() {
+        let post = Method::POST;
+        let ours = [
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ];
+        assert_eq!(check_browser(&headers(&ours), &post, true), Ok(()));
+        let program = [("host", "jobs.internal:8080")];
+        assert_eq!(check_browser(&headers(&program), &post, false), Ok(()));
+        for bad in [
+            vec![
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://evil.example"),
+            ],
+            vec![("host", "127.0.0.1:8080"), ("origin", "null")],
+            vec![
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://127.0.0.1:9999"),
+            ],
+            vec![("host", "127.0.0.1:8080"), ("sec-fetch-site", "cross-site")],
+            vec![("host", "127.0.0.1:8080"), ("sec-fetch-site", "same-site")],
+        ] {
+            assert_eq!(
+                check_browser(&headers(&bad), &post, true),
+                Err(Refusal::CrossSite),
+                "{bad:?}"
+            );
+        }
+        // Looking is not guarded: another site cannot read the answer anyway.
+        let look = [("host", "127.0.0.1:8080"), ("sec-fetch-site", "cross-site")];
+        assert_eq!(check_browser(&headers(&look), &Method::GET, true), Ok(()));
+    }
+
+    #[test]
+    fn an_open_loopback_listener_answers_only_to_loopback_names() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:8080",
+            "127.3.4.5",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert_eq!(
+                check_browser(&headers(&[("host", host)]), &Method::GET, true),
+                Ok(()),
+                "{host}"
+            );
+        }
+        for host in [
+            "evil.example:8080",
+            "10.0.0.1:8080",
+            "localhost.evil.example",
+            "[::2]:80",
+            "",
+        ] {
+            let refused = check_browser(&headers(&[("host", host)]), &Method::GET, true);
+            assert_eq!(refused, Err(Refusal::HostNotLocal), "{host}");
+            assert_eq!(
+                check_browser(&headers(&[("host", host)]), &Method::GET, false),
+                Ok(())
+            );
+        }
     }
 
     #[test]
