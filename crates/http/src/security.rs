@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use jobyard_ops::access::{Guard, Tokens};
+use jobyard_ops::access::{Guard, Role, Tokens};
 
 use crate::tls::TlsFiles;
 
@@ -39,8 +39,9 @@ impl Security {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("--http-token-file {name}: {e}"))?;
+            let before = tokens.count(Role::Admin) + tokens.count(Role::Read);
             tokens.add_file(&name, &text)?;
-            if tokens.is_empty() {
+            if tokens.count(Role::Admin) + tokens.count(Role::Read) == before {
                 return Err(format!("--http-token-file {name}: the file has no token"));
             }
         }
@@ -82,7 +83,6 @@ impl Security {
     /// Says at start how the listener on `addr` is guarded, so an operator reading the log
     /// sees an open listener for what it is.
     pub fn log_access(&self, addr: SocketAddr) {
-        use jobyard_ops::access::Role;
         if !self.tokens.is_empty() {
             tracing::info!(
                 "http: tokens required ({} admin, {} read-only)",
@@ -140,5 +140,9 @@ mod tests {
         std::fs::write(&empty, "# nothing yet\n").unwrap();
         let none = Security::from_flags(None, Some(&empty), false, None, None);
         assert!(none.unwrap_err().contains("no token"));
+        // Even with tokens from the flag: an empty file is a mistake worth stopping for.
+        let flag = Some("admin-token-0123456789");
+        let both = Security::from_flags(flag, Some(&empty), false, None, None);
+        assert!(both.unwrap_err().contains("no token"));
     }
 }
