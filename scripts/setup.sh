@@ -8,9 +8,12 @@
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
+#   Debian: chromium + chromium-driver (the dashboard's headless browser tests), openssl (the
+#           TLS tests make a CA and a certificate with its CLI)
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
 #           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests),
 #           pymysql (the jobd benchmark)
+#           selenium (drives chromium through chromium-driver)
 set -euo pipefail
 
 SUDO=""
@@ -34,7 +37,8 @@ quietly() {
 have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 
 need_apt=()
-for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman mariadb-server; do
+for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman mariadb-server \
+  chromium chromium-driver openssl; do
   have_deb "$pkg" || need_apt+=("$pkg")
 done
 # pip for the Python that runs the tests (a pyenv or venv Python brings its own)
@@ -72,6 +76,7 @@ $PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 $PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
 # MySQL client for the jobd benchmark (bench/jobd.sh).
 $PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
+$PY -c 'import selenium' 2>/dev/null || py_need+=(selenium)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -86,7 +91,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, zmq' \
+$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, selenium, zmq' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "setup: node is missing" >&2; exit 1; }
@@ -95,6 +100,8 @@ command -v gearman >/dev/null && command -v gearadmin >/dev/null \
 php -m | grep -qx gearman || { echo "setup: php-gearman is not loaded" >&2; exit 1; }
 php -r 'require "Pheanstalk/autoload.php"; exit(class_exists("Pheanstalk\\Pheanstalk") ? 0 : 1);' \
   || { echo "setup: Pheanstalk is not loadable from PHP" >&2; exit 1; }
+command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+  || { echo "setup: chromium or chromedriver is missing" >&2; exit 1; }
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] \
   || { echo "setup: mariadbd is missing" >&2; exit 1; }
 echo "setup: done"

@@ -31,12 +31,23 @@ class HttpServer:
     """One `jobyard serve` with beanstalkd, Gearman and HTTP on free ports; restartable on
     the same data directory, killable with SIGKILL."""
 
-    def __init__(self, data_dir: Path, log_path: Path, extra=()):
+    def __init__(self, data_dir: Path, log_path: Path, extra=(), token=None, ca=None):
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.extra = list(extra)
         self.proc = None
-        self.session = requests.Session()
+        # With a token, every request of this server's session sends it; with a CA file,
+        # the listener speaks TLS and requests trust that CA (passed per request: requests
+        # lets REQUESTS_CA_BUNDLE override a session's own `verify`).
+        self.token = token
+        self.ca = ca
+        self.session = self._new_session()
+
+    def _new_session(self) -> requests.Session:
+        session = requests.Session()
+        if self.token:
+            session.headers["Authorization"] = f"Bearer {self.token}"
+        return session
 
     def start(self) -> "HttpServer":
         last = ""
@@ -54,7 +65,13 @@ class HttpServer:
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
-                    if requests.get(self.url("/v1/health"), timeout=2).status_code == 200:
+                    # A connection of its own, closed at once: a kept-alive one would hold
+                    # a place under --max-connections.
+                    headers = {**self.session.headers, "Connection": "close"}
+                    with requests.get(self.url("/v1/health"), timeout=2, headers=headers,
+                                      verify=str(self.ca) if self.ca else True) as probe:
+                        answered = probe.status_code == 200
+                    if answered:
                         return self
                 except requests.RequestException:
                     time.sleep(0.05)
@@ -77,7 +94,8 @@ class HttpServer:
         return self.proc.pid
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.hport}{path}"
+        scheme = "https" if self.ca else "http"
+        return f"{scheme}://127.0.0.1:{self.hport}{path}"
 
     @property
     def beanstalk(self):
@@ -85,6 +103,8 @@ class HttpServer:
 
     def request(self, method: str, path: str, **kw) -> requests.Response:
         kw.setdefault("timeout", TIMEOUT)
+        if self.ca:
+            kw.setdefault("verify", str(self.ca))
         return self.session.request(method, self.url(path), **kw)
 
     def get(self, path, **kw):
@@ -111,7 +131,7 @@ class HttpServer:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
         self.session.close()
-        self.session = requests.Session()
+        self.session = self._new_session()
 
     def stop(self) -> int:
         if self.proc is None:
@@ -139,9 +159,10 @@ def start_http(tmp_path):
         pytest.fail(f"build the binary first: {binary_path()}", pytrace=False)
     servers = []
 
-    def start(extra=(), data_dir=None) -> HttpServer:
+    def start(extra=(), data_dir=None, **options) -> HttpServer:
         n = len(servers)
-        srv = HttpServer(data_dir or tmp_path / f"data{n}", tmp_path / f"jobyard{n}.log", extra)
+        srv = HttpServer(data_dir or tmp_path / f"data{n}", tmp_path / f"jobyard{n}.log", extra,
+                         **options)
         servers.append(srv)
         return srv.start()
 

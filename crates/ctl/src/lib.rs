@@ -4,12 +4,17 @@
 //!
 //! Tables are aligned for a terminal; `--json` prints the API's JSON for scripts. Exit
 //! codes: 0 done, 1 the server refused (not found, wrong state), 2 usage or connection
-//! errors.
+//! errors, 3 access denied (no token, an unknown one, or a read-only one asked to act).
 
+mod client;
 mod table;
+
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
+
+use crate::client::{Client, Failure};
 
 /// `jobyard ctl` options.
 #[derive(Args, Debug)]
@@ -17,6 +22,13 @@ pub struct CtlArgs {
     /// Base URL of jobyard's HTTP listener.
     #[arg(long, env = "JOBYARD_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// Token for a server that requires one (`read` to look, `admin` to act).
+    #[arg(long, env = "JOBYARD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM file of the CA that signed the server's certificate, for an https:// URL
+    /// (instead of the public roots).
+    #[arg(long, env = "JOBYARD_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
     /// Print the server's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -63,40 +75,16 @@ pub enum CtlCommand {
     Drain,
 }
 
-/// Why a command failed, and its exit code.
-struct Failure(String, i32);
-
 /// Runs `jobyard ctl`; returns the process exit code.
 pub fn run(args: CtlArgs) -> i32 {
-    let base = args.url.trim_end_matches('/').to_string();
-    match execute(&base, &args) {
+    let client = Client::new(&args.url, args.token.clone(), args.ca_cert.as_deref());
+    match client.and_then(|c| execute(&c, &args)) {
         Ok(()) => 0,
         Err(Failure(msg, code)) => {
             eprintln!("jobyard ctl: {msg}");
             code
         }
     }
-}
-
-fn call(base: &str, method: &str, path: &str) -> Result<Value, Failure> {
-    let url = format!("{base}/admin/api{path}");
-    let res = ureq::request(method, &url).call();
-    let (status, text) = match res {
-        Ok(r) => (r.status(), r.into_string()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string()),
-        Err(e) => return Err(Failure(format!("cannot reach {base}: {e}"), 2)),
-    };
-    let text = text.map_err(|e| Failure(format!("reading the reply: {e}"), 2))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|_| Failure(format!("{url} did not answer JSON ({status})"), 2))?;
-    if status >= 400 {
-        let msg = v["error"]["message"]
-            .as_str()
-            .unwrap_or("refused")
-            .to_string();
-        return Err(Failure(msg, 1));
-    }
-    Ok(v)
 }
 
 fn enc(s: &str) -> String {
@@ -110,11 +98,11 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-fn execute(base: &str, args: &CtlArgs) -> Result<(), Failure> {
+fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
     use CtlCommand::*;
     let (v, show): (Value, fn(&Value) -> String) = match &args.command {
-        Stats => (call(base, "GET", "/overview")?, table::stats),
-        Queues => (call(base, "GET", "/overview")?, table::queues),
+        Stats => (client.call("GET", "/overview")?, table::stats),
+        Queues => (client.call("GET", "/overview")?, table::queues),
         Jobs {
             queue,
             state,
@@ -125,38 +113,37 @@ fn execute(base: &str, args: &CtlArgs) -> Result<(), Failure> {
             if let Some(a) = after {
                 path.push_str(&format!("&after={}", enc(a)));
             }
-            (call(base, "GET", &path)?, table::jobs)
+            (client.call("GET", &path)?, table::jobs)
         }
-        Peek { id } => (call(base, "GET", &format!("/jobs/{id}"))?, table::job),
+        Peek { id } => (client.call("GET", &format!("/jobs/{id}"))?, table::job),
         Kick { queue, bound } => (
-            call(
-                base,
+            client.call(
                 "POST",
                 &format!("/queues/{}/kick?bound={bound}", enc(queue)),
             )?,
             table::done,
         ),
         KickJob { id } => (
-            call(base, "POST", &format!("/jobs/{id}/kick"))?,
+            client.call("POST", &format!("/jobs/{id}/kick"))?,
             table::done,
         ),
         Delete { id } => (
-            call(base, "POST", &format!("/jobs/{id}/delete"))?,
+            client.call("POST", &format!("/jobs/{id}/delete"))?,
             table::done,
         ),
         Bury { id } => (
-            call(base, "POST", &format!("/jobs/{id}/bury"))?,
+            client.call("POST", &format!("/jobs/{id}/bury"))?,
             table::done,
         ),
         Pause { queue } => (
-            call(base, "POST", &format!("/queues/{}/pause", enc(queue)))?,
+            client.call("POST", &format!("/queues/{}/pause", enc(queue)))?,
             table::done,
         ),
         Resume { queue } => (
-            call(base, "POST", &format!("/queues/{}/resume", enc(queue)))?,
+            client.call("POST", &format!("/queues/{}/resume", enc(queue)))?,
             table::done,
         ),
-        Drain => (call(base, "POST", "/drain")?, table::done),
+        Drain => (client.call("POST", "/drain")?, table::done),
     };
     if args.json {
         println!("{v}");

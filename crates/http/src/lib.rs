@@ -10,6 +10,10 @@
 //! place from the gate for every connection and every session it keeps (worker sessions,
 //! result waits), and stops when the gate shuts down. Like every front end it replies to
 //! a change only once the log holds it (`broker.wait_durable`).
+//!
+//! The listener is guarded as [`Security`] says: tokens checked on every request
+//! ([`jobyard_ops::access`]), optional TLS ([`tls`]), and no open listener beyond loopback
+//! unless asked for (docs/security.md).
 
 mod encoding;
 mod error;
@@ -27,7 +31,10 @@ pub mod limits;
 mod listener;
 mod queues;
 mod routes;
+mod security;
 mod state;
+/// TLS on the listener: certificate files and the per-connection handshake.
+pub mod tls;
 mod workers;
 
 use std::sync::Arc;
@@ -37,9 +44,11 @@ use jobyard_broker::Broker;
 use jobyard_net::{FrontEnd, Gate};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 pub use error::ApiError;
 pub use routes::table as routes;
+pub use security::Security;
 
 use crate::listener::GatedListener;
 use crate::state::{Api, Inner, COMMAND_NAMES};
@@ -90,6 +99,8 @@ pub struct Config {
     pub max_job_size: u32,
     /// A worker session with no request and no lease for this long ends.
     pub worker_idle: Duration,
+    /// Tokens, TLS, and whether an open listener may face the network.
+    pub security: Security,
 }
 
 /// How long an idle worker session lives unless configured.
@@ -100,19 +111,37 @@ pub struct HttpFrontEnd {
     broker: Arc<Broker>,
     config: Config,
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
 }
 
 impl HttpFrontEnd {
-    /// Binds `addr` (`HOST:PORT`).
+    /// Binds `addr` (`HOST:PORT`). Refuses (as an error of kind `PermissionDenied` or
+    /// `InvalidInput`, with the reason) an open listener beyond loopback, and TLS files
+    /// that cannot be used.
     pub async fn bind(
         broker: Arc<Broker>,
         config: Config,
         addr: &str,
     ) -> std::io::Result<HttpFrontEnd> {
+        let tls = match &config.security.tls {
+            Some(files) => Some(
+                tls::acceptor(files)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            ),
+            None => None,
+        };
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        config
+            .security
+            .check_exposure(local)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+        config.security.log_access(local);
         Ok(HttpFrontEnd {
             broker,
             config,
-            listener: TcpListener::bind(addr).await?,
+            listener,
+            tls,
         })
     }
 }
@@ -123,9 +152,10 @@ impl FrontEnd for HttpFrontEnd {
     }
 
     fn describe(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.listener
             .local_addr()
-            .map(|a| a.to_string())
+            .map(|a| format!("{scheme}://{a}"))
             .unwrap_or_default()
     }
 
@@ -134,7 +164,9 @@ impl FrontEnd for HttpFrontEnd {
             broker,
             config,
             listener,
+            tls,
         } = *self;
+        let guard = Arc::new(config.security.guard());
         let metrics = broker.metrics().protocol("http", &COMMAND_NAMES);
         let (anonymous, _) = broker.connect();
         let api = Api {
@@ -150,12 +182,19 @@ impl FrontEnd for HttpFrontEnd {
         };
         tokio::spawn(sweep_idle_workers(api.clone()));
         // The operator's routes (dashboard, /metrics, admin API) share the listener.
-        let app = routes::router(api.clone()).merge(jobyard_ops::router(api.broker.clone()));
+        // Every route, the fallback included, is behind the access checks.
+        let app = routes::router(api.clone())
+            .merge(jobyard_ops::router(api.broker.clone()))
+            .layer(axum::middleware::from_fn_with_state(
+                guard,
+                jobyard_ops::access::require_token,
+            ));
         let mut stop = gate.shutdown_signal();
         let listener = GatedListener {
             listener,
             gate,
             metrics,
+            tls,
         };
         tokio::spawn(async move {
             let served = axum::serve(listener, app)

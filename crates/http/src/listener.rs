@@ -1,7 +1,8 @@
 //! The HTTP listener, gated: every connection takes a place from the gate for as long as
 //! it is open, so `--max-connections` bounds HTTP connections too (with beanstalkd's,
 //! Gearman's and the worker sessions, all together). A connection beyond the limit is
-//! closed at once, as the other front ends do.
+//! closed at once, as the other front ends do. With TLS configured, each connection
+//! does its handshake in its own task ([`crate::tls::LazyTls`]).
 
 use std::io;
 use std::pin::Pin;
@@ -13,12 +14,23 @@ use jobyard_broker::ProtocolMetrics;
 use jobyard_net::{Gate, Slot};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+use crate::tls::LazyTls;
 
 /// A TCP listener that admits connections through the gate.
 pub struct GatedListener {
     pub(crate) listener: TcpListener,
     pub(crate) gate: Gate,
     pub(crate) metrics: Arc<ProtocolMetrics>,
+    /// `Some`: every connection speaks TLS.
+    pub(crate) tls: Option<TlsAcceptor>,
+}
+
+/// An admitted connection, plain or TLS.
+pub enum Connection {
+    Plain(GatedStream),
+    Tls(LazyTls<GatedStream>),
 }
 
 /// An admitted connection: gives its place back (and lowers the gauge) when closed.
@@ -35,10 +47,10 @@ impl Drop for GatedStream {
 }
 
 impl axum::serve::Listener for GatedListener {
-    type Io = GatedStream;
+    type Io = Connection;
     type Addr = std::net::SocketAddr;
 
-    async fn accept(&mut self) -> (GatedStream, std::net::SocketAddr) {
+    async fn accept(&mut self) -> (Connection, std::net::SocketAddr) {
         loop {
             let (stream, addr) = match self.listener.accept().await {
                 Ok(a) => a,
@@ -56,14 +68,16 @@ impl axum::serve::Listener for GatedListener {
             let _ = stream.set_nodelay(true);
             ProtocolMetrics::inc(&self.metrics.connections);
             ProtocolMetrics::inc(&self.metrics.connections_total);
-            return (
-                GatedStream {
-                    stream,
-                    metrics: self.metrics.clone(),
-                    _slot: slot,
-                },
-                addr,
-            );
+            let gated = GatedStream {
+                stream,
+                metrics: self.metrics.clone(),
+                _slot: slot,
+            };
+            let connection = match &self.tls {
+                Some(acceptor) => Connection::Tls(LazyTls::new(acceptor, gated)),
+                None => Connection::Plain(gated),
+            };
+            return (connection, addr);
         }
     }
 
@@ -109,5 +123,63 @@ impl AsyncWrite for GatedStream {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Connection::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Connection::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Connection::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(s) => Pin::new(s).poll_flush(cx),
+            Connection::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Connection::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Connection::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Connection::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Connection::Plain(s) => s.is_write_vectored(),
+            Connection::Tls(s) => s.is_write_vectored(),
+        }
     }
 }

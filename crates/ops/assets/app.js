@@ -18,7 +18,9 @@ const num = (n) => (n ?? 0).toLocaleString("en-US");
 const enc = encodeURIComponent;
 
 async function api(path, method = "GET") {
-  const res = await fetch(API + path, { method });
+  // location.origin, not a relative URL: a page opened as http://user:token@host/ would
+  // make fetch refuse a URL carrying credentials; the browser resends them by itself.
+  const res = await fetch(location.origin + API + path, { method, credentials: "same-origin" });
   const body = await res.json().catch(() => ({}));
   if (!res.ok) {
     const msg = body.error ? body.error.message : res.status + " " + res.statusText;
@@ -67,14 +69,18 @@ function chart(canvas) {
   ctx.lineWidth = 2;
   ctx.beginPath();
   const now = Date.now();
+  // The span shown grows with what has been seen since the page opened: at least a minute,
+  // at most the history kept, so a fresh page does not squeeze its data into one edge.
+  const span = Math.min(HISTORY_SPAN_MS, Math.max(60 * 1000, HISTORY.length ? now - HISTORY[0].at : 0));
   HISTORY.forEach((p, i) => {
-    const x = w - ((now - p.at) / HISTORY_SPAN_MS) * w;
+    const x = w - ((now - p.at) / span) * w;
     const y = h - 8 - (p.perSec / max) * (h - 24);
     i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
   });
   ctx.stroke();
   ctx.fillStyle = "#6b7585";
-  ctx.fillText("jobs created/s, last 10 min (max " + max.toFixed(1) + ")", 8, 14);
+  const last = span >= 120 * 1000 ? Math.round(span / 60000) + " min" : Math.round(span / 1000) + " s";
+  ctx.fillText("jobs created/s, last " + last + " (max " + max.toFixed(1) + ")", 8, 14);
 }
 
 async function queuesView() {
@@ -113,12 +119,12 @@ async function queueView(name, state, after) {
     .join("");
   const rows = page.jobs
     .map(
-      (j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td class="num">${j.pri}</td>
+      (j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td class="num">${j.pri}</td>
       <td class="num">${num(j.age_s)} s</td><td class="num">${j.reserves}</td><td class="body">${esc(j.body_preview)}</td>
       <td>${jobButtons(j)}</td></tr>`
     )
     .join("");
-  const more = page.next ? `<a href="#/queue/${enc(name)}/${state}/${enc(page.next)}">next page →</a>` : "";
+  const more = page.next ? `<a id="next-page" href="#/queue/${enc(name)}/${state}/${enc(page.next)}">next page →</a>` : "";
   $("#view").innerHTML = `<h1>Queue ${esc(name)} ${q.paused ? '<span class="muted">(paused)</span>' : ""}</h1>
     <div class="bar">${
       q.paused
@@ -191,6 +197,19 @@ async function route() {
   if (!parts[0] || parts[0] === "connections") timer = setTimeout(route, REFRESH_MS);
 }
 
+// A read-only token sees no action buttons (the server would refuse them anyway).
+async function whoami() {
+  try {
+    const me = await api("/whoami");
+    if (me.role === "read") {
+      document.body.classList.add("read-only");
+      $("#role").textContent = "read-only";
+    }
+  } catch (e) {
+    // The views say what is wrong; the buttons stay.
+  }
+}
+
 window.act = act;
 window.addEventListener("hashchange", route);
-route();
+whoami().then(route);

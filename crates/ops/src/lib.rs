@@ -5,8 +5,11 @@
 //! `/admin/api/` that the dashboard and `jobyard ctl` use (overview, a
 //! queue's jobs page by page, a job, and the actions: kick, delete, bury, pause, resume,
 //! drain). Everything is read from the broker: the engine's queues, the metrics registry and
-//! the log's figures; nothing here is on a job's hot path.
+//! the log's figures; nothing here is on a job's hot path. [`access`] guards the whole
+//! listener (these routes and the `/v1` API) with tokens when they are configured.
 
+/// Who may use the HTTP listener: tokens, roles and the middleware that checks them.
+pub mod access;
 mod admin;
 mod dashboard;
 pub mod prometheus;

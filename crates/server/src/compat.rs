@@ -143,6 +143,7 @@ pub fn parse(args: &[String]) -> Compat {
         http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
         flows: Default::default(),
         jobd_config: None,
+        http_security: Default::default(),
         gearman: Default::default(),
     }))
 }

@@ -297,6 +297,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             flows: Default::default(),
             jobd_config: None,
+            http_security: Default::default(),
             fsync,
             max_job_size: DEFAULT_MAX_JOB_SIZE,
             max_connections: 10_000,

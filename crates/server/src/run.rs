@@ -180,6 +180,7 @@ async fn front_ends(
         let config = jobyard_http::Config {
             max_job_size: settings.max_job_size,
             worker_idle: settings.http_worker_idle,
+            security: (*settings.http_security).clone(),
         };
         let http = jobyard_http::HttpFrontEnd::bind(broker.clone(), config, addr)
             .await

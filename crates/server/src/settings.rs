@@ -46,6 +46,8 @@ pub struct Settings {
     pub flows: std::sync::Arc<Vec<FlowDefinition>>,
     /// `None`: the WMP manager is off (the default). Boxed to keep `Settings` small.
     pub wmp: Option<Box<WmpSettings>>,
+    /// Tokens, TLS and exposure of the HTTP listener (docs/security.md). Boxed, as `gearman`.
+    pub http_security: Box<jobyard_http::Security>,
     /// Gearman protocol options (gearmand's flags and jobyard's limits).
     /// Boxed: it is large and rarely touched, and `Settings` travels inside enums.
     pub gearman: Box<jobyard_gearman::Config>,
@@ -153,6 +155,22 @@ pub struct ServeArgs {
     /// server (docs/jobd.md) [default: none].
     #[arg(long, env = "JOBYARD_JOBD_CONFIG")]
     pub jobd_config: Option<PathBuf>,
+    /// Tokens the HTTP listener requires: comma-separated `[ROLE:]TOKEN`, role `read` or
+    /// `admin` (the default); prefer --http-token-file, which `ps` does not show.
+    #[arg(long, env = "JOBYARD_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
+    /// File of HTTP tokens, one `ROLE TOKEN` per line (`#` comments).
+    #[arg(long, env = "JOBYARD_HTTP_TOKEN_FILE")]
+    pub http_token_file: Option<PathBuf>,
+    /// Serve the HTTP listener without tokens on a non-loopback address.
+    #[arg(long, env = "JOBYARD_HTTP_INSECURE")]
+    pub http_insecure: bool,
+    /// PEM certificate chain for HTTPS on the HTTP listener (with --http-tls-key).
+    #[arg(long, env = "JOBYARD_HTTP_TLS_CERT")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// PEM private key for --http-tls-cert.
+    #[arg(long, env = "JOBYARD_HTTP_TLS_KEY")]
+    pub http_tls_key: Option<PathBuf>,
     /// More log output (repeatable).
     #[arg(short = 'V', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -328,6 +346,13 @@ impl ServeArgs {
                 Some(source) => load_flows(source)?,
                 None => Vec::new(),
             }),
+            http_security: Box::new(jobyard_http::Security::from_flags(
+                self.http_token.as_deref(),
+                self.http_token_file.as_deref(),
+                self.http_insecure,
+                self.http_tls_cert,
+                self.http_tls_key,
+            )?),
             gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
