@@ -6,7 +6,9 @@
 #
 # Options: --rounds N, --duration S, --only beanstalk|gearman, --no-memory, --no-build,
 #          --jobs N (memory/restart job count, default 1000000), --out DIR (default bench/results),
-#          --no-jobd (skip the jobd section: bench/jobd.sh, about a minute, once, not in rounds).
+#          --no-jobd (skip the jobd section: bench/jobd.sh, about a minute, once, not in rounds),
+#          --no-wmp (skip the 14/WMP section: bench/wmp.py against a bare ZeroMQ loop, ~30 s),
+#          --no-flows (skip the flows section: bench/flows/run.sh, Rust and Node clients, ~1 min).
 #
 # Installs the peers if missing, builds jobyard and jobyard-bench (release), then for each
 # durability pairing and workload starts a fresh server on a free loopback port, runs the
@@ -24,6 +26,8 @@ QUICK=0
 ONLY=""
 MEMORY=1
 JOBD=1
+WMP=1
+FLOWS=1
 BUILD=1
 JOBS=1000000
 OUT="$ROOT/bench/results"
@@ -35,6 +39,8 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift ;;
     --no-memory) MEMORY=0 ;;
     --no-jobd) JOBD=0 ;;
+    --no-wmp) WMP=0 ;;
+    --no-flows) FLOWS=0 ;;
     --no-build) BUILD=0 ;;
     --jobs) JOBS=$2; shift ;;
     --out) OUT=$2; shift ;;
@@ -181,6 +187,30 @@ if [ "$JOBD" = 1 ] && [ -z "$ONLY" ]; then
   fi
 fi
 
+# 14/WMP: jobyard as the manager against a bare ZeroMQ ROUTER<->DEALER loop, one run.
+WMPMD=""
+if [ "$WMP" = 1 ] && [ -z "$ONLY" ]; then
+  WMPMD="$TMP/wmp.md"
+  if ! python3 "$ROOT/bench/wmp.py" --binary "$ROOT/target/release/jobyard" \
+      --duration "$([ "$QUICK" = 1 ] && echo 2 || echo 5)" >"$WMPMD"; then
+    echo "The WMP workload failed (see the log above)." >"$WMPMD"
+  fi
+fi
+
+# Flows: no peer runs here (Guild's library needs Redis and its unpublished HEAD), so one
+# run through both clients; the issue's Redis figures are the anchor.
+FLOWSMD=""
+if [ "$FLOWS" = 1 ] && [ -z "$ONLY" ]; then
+  FLOWSMD="$TMP/flows.md"
+  if bash "$ROOT/bench/flows/run.sh" --no-build --seconds "$([ "$QUICK" = 1 ] && echo 2 || echo 5)" \
+      >"$TMP/flows.jsonl"; then
+    python3 "$ROOT/bench/flows/report.py" "$TMP/flows.jsonl" >"$FLOWSMD"
+    cp "$TMP/flows.jsonl" "$OUT/$STAMP-$HOST.flows.jsonl"
+  else
+    echo "The flows workload failed (see the log above)." >"$FLOWSMD"
+  fi
+fi
+
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 ELAPSED=$(($(date +%s) - START_S))
 {
@@ -206,6 +236,18 @@ ELAPSED=$(($(date +%s) - START_S))
     echo "\`bash bench/jobd.sh$([ "$QUICK" = 1 ] && echo ' --quick')\`: \`jobyard jobd\` on a MariaDB it starts in a temp dir."
     echo
     cat "$JOBDMD"
+  fi
+  if [ -n "$WMPMD" ]; then
+    echo
+    echo "## 14/WMP (separate: jobyard as the manager against a bare ZeroMQ loop, one run)"
+    echo
+    cat "$WMPMD"
+  fi
+  if [ -n "$FLOWSMD" ]; then
+    echo
+    echo "## Flows (separate: no peer, one run, Rust and Node clients)"
+    echo
+    cat "$FLOWSMD"
   fi
   echo
   echo "## Commands"
