@@ -77,7 +77,10 @@ def test_every_route_of_the_openapi_description_is_served(http):
     for path, item in doc["paths"].items():
         for method in item:
             concrete = path.replace("{queue}", "q").replace("{id}", "1").replace("{worker}", "1")
-            r = http.request(method.upper(), concrete, data=b"{}")
+            # A body only where the route reads one: a body a handler leaves unread can make
+            # the server close the kept-alive connection, and the next request would race it.
+            body = b"{}" if method == "post" else None
+            r = http.request(method.upper(), concrete, data=body)
             # A real route answers with its own status, never the router's refusals.
             if r.status_code in (404, 405):
                 assert error_code(r) not in ("no_such_route", "method_not_allowed"), (method, path)
