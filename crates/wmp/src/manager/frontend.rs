@@ -37,6 +37,9 @@ impl WmpFrontEnd {
         endpoint: &str,
         config: ManagerConfig,
     ) -> std::io::Result<WmpFrontEnd> {
+        // Registered now, not when serving starts: /metrics (and a caller looking the
+        // counters up) sees the manager from the moment it is bound.
+        broker.metrics().protocol("wmp", counters::NAMES);
         let ctx = zmq::Context::new();
         let limits = Limits {
             max_payload: config.max_payload,
