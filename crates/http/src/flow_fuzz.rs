@@ -7,9 +7,8 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::extract::parse_json;
 use crate::flow_jobs::CreateRequest;
-use crate::flow_work::{
-    CompleteRequest, DelayRequest, FailRequest, HeartbeatRequest, StageLeaseRequest,
-};
+use crate::flow_work::{CompleteRequest, DelayRequest, FailRequest, StageLeaseRequest};
+use crate::leases::HeartbeatRequest;
 
 /// Decodes and checks `body` as one kind of flow request body (`which` picks it); a
 /// refusal is an [`ApiError`].

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
 use crate::flow_jobs::check_fields_size;
-use crate::leases::{check_lease_ms, lease_for, CheckedLease};
+use crate::leases::{check_lease_ms, lease_for, CheckedLease, HeartbeatRequest};
 use crate::limits::{MAX_DELAY_MS, MAX_WAIT_MS};
 use crate::state::{Api, Command};
 
@@ -95,24 +95,8 @@ fn flow_hand_out(
     }
 }
 
-/// `POST /v1/flow-jobs/{id}/heartbeat`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatRequest {
-    worker: String,
-    token: u32,
-    /// New lease length from now; the stage's `leaseMs` when absent.
-    lease_ms: Option<u64>,
-}
-
-impl HeartbeatRequest {
-    /// Checks the lease length asked for.
-    pub(crate) fn checked(&self) -> Result<Option<u64>, ApiError> {
-        check_lease_ms(self.lease_ms)
-    }
-}
-
-/// Extends a lease; 409 if it is gone.
+/// `POST /v1/flow-jobs/{id}/heartbeat` (the body of a plain job's heartbeat): extends a
+/// lease; 409 if it is gone.
 pub async fn heartbeat(
     State(api): State<Api>,
     PathText(id): PathText,

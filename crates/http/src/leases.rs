@@ -327,16 +327,16 @@ fn no_job(worker: &Worker) -> Value {
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
     /// The worker holding the lease and the token it was handed with it.
-    worker: String,
-    token: u32,
-    /// New lease length from now; the job's `ttr` when absent.
-    lease_ms: Option<u64>,
+    pub(crate) worker: String,
+    pub(crate) token: u32,
+    /// New lease length from now; absent, the job's `ttr` (a flow stage's `leaseMs`).
+    pub(crate) lease_ms: Option<u64>,
 }
 
 impl HeartbeatRequest {
-    /// Checks the lease length asked for.
-    pub(crate) fn checked(&self) -> Result<(), ApiError> {
-        check_lease_ms(self.lease_ms).map(drop)
+    /// Checks the lease length asked for; the lease length, if one was asked for.
+    pub(crate) fn checked(&self) -> Result<Option<u64>, ApiError> {
+        check_lease_ms(self.lease_ms)
     }
 }
 

@@ -73,7 +73,7 @@ pub mod fuzzing {
                 .checked(max_job_size)
                 .map(drop),
             1 => parse_json::<LeaseRequest>(body)?.checked().map(drop),
-            2 => parse_json::<HeartbeatRequest>(body)?.checked(),
+            2 => parse_json::<HeartbeatRequest>(body)?.checked().map(drop),
             3 => parse_json::<CompleteRequest>(body)?
                 .checked(max_job_size)
                 .map(drop),

@@ -111,14 +111,23 @@ impl Engine {
         Ok(was_waiting)
     }
 
-    /// Delays a job the limiter held back, logged (the lease the engine made ends).
-    pub(crate) fn flow_limit(&mut self, id: &str, engine_id: JobId, ready_at: Millis, now: Millis) {
+    /// Puts a job off until `ready_at` in its stage, with Guild's `delay`,
+    /// `delayReadyTimestamp` and `delayReason` fields, logged; the lease the engine made
+    /// ends. What a worker's delay and the limiter both do.
+    pub(crate) fn flow_postpone(
+        &mut self,
+        id: &str,
+        engine_id: JobId,
+        ready_at: Millis,
+        reason: &str,
+        now: Millis,
+    ) {
         self.flow_dequeue(engine_id);
         let job = self.flows.jobs.get_mut(id).expect("job exists");
         job.fields.insert("delay".into(), true.into());
         job.fields
             .insert("delayReadyTimestamp".into(), ready_at.into());
-        job.fields.insert("delayReason".into(), RATE_LIMITED.into());
+        job.fields.insert("delayReason".into(), reason.into());
         job.status = FlowStatus::Delayed;
         job.ready_at = ready_at;
         self.flow_enqueue(id, now);

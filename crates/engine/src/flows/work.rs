@@ -55,7 +55,7 @@ impl Engine {
             match self.flow_admit(&id, limiter, now) {
                 Ok(changed) => fields_changed = changed,
                 Err(ready_at) => {
-                    self.flow_limit(&id, engine_id, ready_at, now);
+                    self.flow_postpone(&id, engine_id, ready_at, crate::flows::RATE_LIMITED, now);
                     return None;
                 }
             }
@@ -249,18 +249,7 @@ impl Engine {
                 job.stage
             )));
         }
-        self.flow_dequeue(engine_id);
-        let job = self.flows.jobs.get_mut(id).expect("held job exists");
-        job.fields.insert("delay".into(), true.into());
-        job.fields
-            .insert("delayReadyTimestamp".into(), ready_at.into());
-        job.fields.insert("delayReason".into(), reason.into());
-        job.status = FlowStatus::Delayed;
-        job.ready_at = ready_at;
-        self.flow_enqueue(id, now);
-        let mut touched = Touched::default();
-        touched.put(id);
-        self.log_flow_jobs(touched);
+        self.flow_postpone(id, engine_id, ready_at, reason, now);
         self.serve_waiters(now);
         Ok(self.flow_outcome(id))
     }
