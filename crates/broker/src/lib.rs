@@ -14,17 +14,19 @@
 
 pub mod budget;
 mod durability;
+pub mod lease_latency;
 mod mailbox;
 pub mod metrics;
 mod open;
 mod timers;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use jobyard_engine::{ConnId, Engine, Job, JobId, Millis};
 use jobyard_storage::{DirLock, Log};
@@ -32,14 +34,20 @@ use tokio::sync::Notify;
 
 pub use durability::Compaction;
 pub use jobyard_storage::Lsn;
+pub use lease_latency::{
+    HistogramSnapshot, LatencyHistogram, LeaseLatency, QueueLeaseLatency, LEASE_BUCKETS_US,
+};
 pub use mailbox::{Mailbox, MAILBOX_CAP};
 pub use metrics::{Metrics, ProtocolMetrics};
 pub use open::{OpenError, StorageOptions};
+pub use workers::{Listed, ProcessInfo, WorkerInfo, Workers};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.
 struct Core {
     engine: Engine,
     mailboxes: HashMap<ConnId, mailbox::Sender>,
+    /// Lease-to-complete histogram handles by queue id (see [`lease_latency`]).
+    lease_handles: lease_latency::LeaseHandles,
 }
 
 /// The shared live engine. Cheap to clone through an `Arc`.
@@ -58,6 +66,10 @@ pub struct Broker {
     stopping: AtomicBool,
     compaction: Compaction,
     metrics: Metrics,
+    /// The front ends' workers and worker processes, for the operator.
+    workers: Workers,
+    /// Origin of the monotonic microsecond clock that stamps leases.
+    started: Instant,
     /// Held for as long as the broker lives: one server per data directory.
     dir_lock: Mutex<Option<DirLock>>,
 }
@@ -75,10 +87,13 @@ impl Broker {
             Some((log, dir)) => (Some(log), Some(dir)),
             None => (None, None),
         };
+        let mut engine = engine;
+        engine.time_leases(true);
         Arc::new(Broker {
             core: Mutex::new(Core {
                 engine,
                 mailboxes: HashMap::new(),
+                lease_handles: lease_latency::LeaseHandles::default(),
             }),
             log,
             data_dir,
@@ -90,6 +105,8 @@ impl Broker {
             stopping: AtomicBool::new(false),
             compaction,
             metrics: Metrics::default(),
+            workers: Workers::default(),
+            started: Instant::now(),
             dir_lock: Mutex::new(None),
         })
     }
@@ -107,6 +124,32 @@ impl Broker {
     /// The server's metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The front ends' workers and worker processes (a protocol-neutral registry the
+    /// dashboard lists).
+    pub fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
+    /// Every queue's lease-to-complete histograms, sorted by queue name. Histograms of
+    /// queues that are gone and saw nothing for a while are forgotten first.
+    pub fn lease_latency(&self) -> Vec<Arc<QueueLeaseLatency>> {
+        let registry = &self.metrics.lease_latency;
+        let mut txn = self.lock();
+        let now = self.lease_clock();
+        let core = &mut *txn.core;
+        let engine = &core.engine;
+        if registry.forget_idle(|name| engine.queue_id(name).is_some(), now) {
+            core.lease_handles.drop_forgotten(registry);
+        }
+        drop(txn);
+        registry.queues()
+    }
+
+    /// Microseconds since the broker started, never going back: the clock of lease stamps.
+    fn lease_clock(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
     }
 
     /// Current wall-clock time in the engine's unit.
@@ -233,6 +276,15 @@ impl Txn<'_> {
                 None => {
                     core.engine.take_changes();
                 }
+            }
+        }
+        // Lease timing: one clock read, only for a transaction that made or ended a lease.
+        if core.engine.has_lease_timing_work() {
+            let now = self.broker.lease_clock();
+            core.engine.stamp_leases(now);
+            let registry = &self.broker.metrics.lease_latency;
+            for end in core.engine.take_lease_ends() {
+                core.lease_handles.record(registry, &end, now);
             }
         }
         for notice in core.engine.take_notices() {

@@ -5,7 +5,9 @@
 //! Prometheus) walk the registry when asked. Per-queue figures live in the engine's
 //! [`jobyard_engine::Queue`] (they change in the same transitions as the queue), the log's
 //! in [`jobyard_storage::LogStats`]; this registry holds what belongs to neither: each
-//! protocol's connections and commands, and compaction.
+//! protocol's connections and commands, compaction, and the lease-to-complete histograms
+//! ([`crate::lease_latency`]: recorded per completed lease through a handle cached by queue
+//! id, so nothing is looked up by name per job either).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -76,6 +78,8 @@ pub struct CompactionMetrics {
 pub struct Metrics {
     protocols: Mutex<Vec<Arc<ProtocolMetrics>>>,
     pub compaction: CompactionMetrics,
+    /// Lease-to-complete histograms per queue, recorded as the broker commits.
+    pub lease_latency: crate::lease_latency::LeaseLatency,
 }
 
 impl Metrics {

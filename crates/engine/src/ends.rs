@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::change::Change;
 use crate::job::{Job, JobState};
+use crate::lease_timing::LeaseOutcome;
 use crate::notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
 use crate::{ConnId, Engine, JobId};
 
@@ -30,7 +31,12 @@ impl Engine {
             Some(j) if j.state != JobState::Reserved || j.owner == conn => {}
             _ => return false,
         }
-        let job = self.remove_job(id);
+        let (job, stamp) = self.remove_job_with_lease(id);
+        let outcome = match end.status {
+            EndStatus::Failed => LeaseOutcome::Failed,
+            EndStatus::Ok | EndStatus::Deleted => LeaseOutcome::Ok,
+        };
+        self.lease_completed(job.queue, stamp, outcome);
         let queue = self.queue_mut(job.queue);
         match end.status {
             EndStatus::Deleted => queue.cmd_delete += 1,
@@ -78,7 +84,12 @@ impl Engine {
     /// Takes a job out of the engine with everything kept beside it. The caller drops its
     /// queue if that emptied it, and tells the watchers.
     pub(crate) fn remove_job(&mut self, id: JobId) -> Job {
-        self.leave_state(id);
+        self.remove_job_with_lease(id).0
+    }
+
+    /// As [`Engine::remove_job`], also returning the stamp of its lease if it was leased.
+    pub(crate) fn remove_job_with_lease(&mut self, id: JobId) -> (Job, Option<u64>) {
+        let stamp = self.leave_state(id);
         let job = *self.jobs.remove(&id).expect("removed job exists");
         if let Some(key) = self.unique_of.remove(&id) {
             self.by_unique.remove(&(job.queue, key));
@@ -93,7 +104,7 @@ impl Engine {
         if job.durable {
             self.live_bytes -= self.record_cost(job.queue, &job.body);
         }
-        job
+        (job, stamp)
     }
 
     /// Makes `conn` hear about the job's updates and end. Watching twice means hearing

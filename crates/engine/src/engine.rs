@@ -25,7 +25,9 @@ use crate::{ConnId, JobId, Millis};
 /// client), as long as its id comes from the same counter.
 #[derive(Debug, Default)]
 pub(crate) struct Session {
-    pub(crate) reserved: HashSet<JobId>,
+    /// Held jobs, each with its lease's stamp (see [`crate::lease_timing`]): kept with the
+    /// lease, so only leased jobs pay for it.
+    pub(crate) reserved: HashMap<JobId, u64>,
     pub(crate) wait: Option<Wait>,
     /// Jobs this session watches, with how many times (a Gearman client may attach twice).
     pub(crate) watching: HashMap<JobId, u32>,
@@ -89,6 +91,9 @@ pub struct Engine {
     pub(crate) last_now: Millis,
     /// Flow definitions and flow jobs (see [`crate::flows`]).
     pub(crate) flows: crate::flows::Flows,
+    /// Lease stamps waiting for the caller's clock, and completed leases (see
+    /// [`crate::lease_timing`]).
+    pub(crate) timing: crate::lease_timing::LeaseTiming,
 }
 
 impl Default for Engine {
@@ -122,6 +127,7 @@ impl Engine {
             fenced: HashSet::new(),
             last_now: 0,
             flows: crate::flows::Flows::default(),
+            timing: crate::lease_timing::LeaseTiming::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use crate::change::Change;
 use crate::job::JobState;
+use crate::lease_timing::LeaseOutcome;
 use crate::queue::QueueId;
 use crate::timers::Timer;
 use crate::waits::Lease;
@@ -50,7 +51,9 @@ impl Engine {
         if !self.holds(conn, id) || self.is_flow_engine_job(id) {
             return false;
         }
-        self.leave_state(id);
+        let stamp = self.leave_state(id);
+        let q = self.jobs[&id].queue;
+        self.lease_completed(q, stamp, LeaseOutcome::Failed);
         let job = self.jobs.get_mut(&id).expect("held job exists");
         job.pri = pri;
         job.buries += 1;
@@ -217,7 +220,7 @@ impl Engine {
         self.cancel_wait(conn);
         let _ = self.drop_watches(conn);
         if let Some(session) = self.sessions.remove(&conn) {
-            for id in session.reserved {
+            for id in session.reserved.into_keys() {
                 self.leave_state_unowned(id);
                 self.enter_ready(id);
             }
@@ -230,7 +233,7 @@ impl Engine {
         self.sessions
             .get(&conn)
             .into_iter()
-            .flat_map(|s| s.reserved.iter().copied())
+            .flat_map(|s| s.reserved.keys().copied())
     }
 
     pub(crate) fn holds(&self, conn: ConnId, id: JobId) -> bool {
@@ -243,7 +246,7 @@ impl Engine {
         let session = self.sessions.get(&conn)?;
         session
             .reserved
-            .iter()
+            .keys()
             .map(|id| self.jobs[id].due)
             .filter(|&due| due > 0)
             .min()

@@ -56,7 +56,7 @@ impl Engine {
                 let mut held: Vec<Cursor> = self
                     .sessions
                     .values()
-                    .flat_map(|s| s.reserved.iter())
+                    .flat_map(|s| s.reserved.keys())
                     .filter(|id| self.jobs.get(id).is_some_and(|j| j.queue == q))
                     .map(|&id| Cursor(0, id))
                     .collect();

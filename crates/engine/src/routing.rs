@@ -29,8 +29,9 @@ impl Engine {
         {
             return false;
         }
-        self.leave_state(id);
+        let stamp = self.leave_state(id);
         let from = self.jobs[&id].queue;
+        self.lease_completed(from, stamp, crate::LeaseOutcome::Ok);
         self.queue_mut(from).total_ok += 1;
         if self.jobs[&id].durable {
             self.changes.push(Change::Route {

@@ -39,16 +39,19 @@ impl Engine {
         self.queue_mut(q).buried.insert((seq, id));
     }
 
-    /// Takes a job out of whatever structure its state keeps it in.
-    pub(crate) fn leave_state(&mut self, id: JobId) {
+    /// Takes a job out of whatever structure its state keeps it in. Returns the stamp of
+    /// its lease if it was leased (for [`Engine::lease_completed`]).
+    pub(crate) fn leave_state(&mut self, id: JobId) -> Option<u64> {
         let job = &self.jobs[&id];
+        let mut stamp = None;
         if job.state == JobState::Reserved {
             let owner = job.owner;
             if let Some(s) = self.sessions.get_mut(&owner) {
-                s.reserved.remove(&id);
+                stamp = s.reserved.remove(&id);
             }
         }
         self.leave_state_unowned(id);
+        stamp
     }
 
     /// As [`Self::leave_state`], for when the owner's session is already gone.

@@ -210,7 +210,12 @@ impl Engine {
         if due > 0 {
             self.timers.add(due, Timer::Lease(id));
         }
-        self.sessions.entry(conn).or_default().reserved.insert(id);
+        let stamp = self.new_lease_stamp(conn, id);
+        self.sessions
+            .entry(conn)
+            .or_default()
+            .reserved
+            .insert(id, stamp);
     }
 
     /// Hands ready jobs to connections waiting on the queues that gained them.

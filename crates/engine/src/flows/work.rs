@@ -165,6 +165,7 @@ impl Engine {
             Some(Value::String(s)) => Some(s),
             Some(_) => return Err(FlowError::Invalid("`nextQueue` must be text".into())),
         };
+        self.held_lease_completed(engine_id, crate::LeaseOutcome::Ok);
         self.flow_dequeue(engine_id);
         let mut touched = Touched::default();
         touched.put(id);
@@ -220,6 +221,7 @@ impl Engine {
     ) -> Result<FlowOutcome, FlowError> {
         self.saw(now);
         let engine_id = self.flow_holder(conn, id, token)?;
+        self.held_lease_completed(engine_id, crate::LeaseOutcome::Failed);
         self.flow_dequeue(engine_id);
         let mut touched = Touched::default();
         self.flow_retry_or_fail(id, error.to_string(), now, &mut touched);
