@@ -77,6 +77,8 @@ $PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
 # MySQL client for the jobd benchmark (bench/jobd.sh).
 $PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
 $PY -c 'import selenium' 2>/dev/null || py_need+=(selenium)
+# The Prometheus project's own parser reads /metrics in the tests.
+$PY -c 'import prometheus_client' 2>/dev/null || py_need+=(prometheus-client)
 if [ ${#py_need[@]} -gt 0 ]; then
   echo "setup: installing PyPI packages: ${py_need[*]}"
   # Debian's own python3 is "externally managed" (PEP 668); these test-only client
@@ -91,7 +93,7 @@ if [ ${#py_need[@]} -gt 0 ]; then
 fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, selenium, zmq' \
+$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, selenium, zmq, prometheus_client' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "setup: node is missing" >&2; exit 1; }

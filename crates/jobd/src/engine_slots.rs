@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use jobyard_broker::{Broker, Mailbox, Txn};
+use jobyard_broker::{Broker, Mailbox, ProcessInfo, Txn};
 use jobyard_engine::{ConnId, EndStatus, JobEnd, JobId, Lease, Millis, NewJob, QueueId, WaitMode};
 
 use crate::launcher::Outcome;
@@ -43,7 +43,12 @@ pub struct EngineScheduler {
     targets: Vec<Target>,
     /// Row id of each job this worker put, for [`EngineScheduler::row_of`].
     rows: HashMap<JobId, u64>,
+    /// Its name in the broker's worker registry ([`EngineScheduler::publish_as`]).
+    listed_as: Option<String>,
 }
+
+/// The worker registry's name for jobd.
+const PROTOCOL: &str = "jobd";
 
 impl EngineScheduler {
     /// A scheduler whose targets are queues of `broker` (the server's, when jobd runs
@@ -56,6 +61,24 @@ impl EngineScheduler {
             mailbox: Some(mailbox),
             targets: Vec::new(),
             rows: HashMap::new(),
+            listed_as: None,
+        }
+    }
+
+    /// Lists this worker in the broker's worker registry as `id`, with its targets, the
+    /// jobs it runs and their launcher processes (the operator's dashboard reads it).
+    pub fn publish_as(&mut self, id: String) {
+        self.listed_as = Some(id);
+        self.publish_targets();
+    }
+
+    fn publish_targets(&self) {
+        if let Some(id) = &self.listed_as {
+            let targets = self.targets.iter().map(|t| t.name.clone()).collect();
+            let now = Broker::now();
+            self.broker
+                .workers()
+                .seen(PROTOCOL, id, now, |w| w.queues = targets);
         }
     }
 
@@ -108,6 +131,12 @@ impl Drop for EngineScheduler {
         }
         drop(txn);
         self.broker.disconnect(self.conn);
+        if let Some(id) = &self.listed_as {
+            self.broker.workers().remove(PROTOCOL, id);
+            for job in self.rows.keys() {
+                self.broker.workers().process_ended(PROTOCOL, *job);
+            }
+        }
     }
 }
 
@@ -169,6 +198,7 @@ impl Scheduler for EngineScheduler {
             queued: VecDeque::new(),
             running: 0,
         });
+        self.publish_targets();
         Ok(())
     }
 
@@ -198,6 +228,7 @@ impl Scheduler for EngineScheduler {
             txn.unpin(q);
         }
         self.targets.retain(|t| t.name != target);
+        self.publish_targets();
         Ok(())
     }
 
@@ -315,11 +346,35 @@ impl Scheduler for EngineScheduler {
             }
         }
         wait_for_room(&mut txn, self.conn, &held_back, now);
+        drop(txn);
+        if let Some(id) = &self.listed_as {
+            for s in &out {
+                self.broker.workers().took(PROTOCOL, id, s.job, now);
+            }
+        }
         out
+    }
+
+    fn launched(&mut self, start: &Start, pid: i32, command: Vec<String>) {
+        if self.listed_as.is_some() {
+            self.broker.workers().process_started(ProcessInfo {
+                protocol: PROTOCOL,
+                job: start.job,
+                pid,
+                label: format!("row {}", start.id),
+                queue: start.target.clone(),
+                started: Broker::now(),
+                command,
+            });
+        }
     }
 
     fn finished(&mut self, start: &Start, outcome: Option<&Outcome>) {
         self.rows.remove(&start.job);
+        if self.listed_as.is_some() {
+            self.broker.workers().process_ended(PROTOCOL, start.job);
+            self.broker.workers().job_ended(PROTOCOL, start.job);
+        }
         self.broker
             .lock()
             .finish(self.conn, start.job, job_end(outcome));

@@ -77,7 +77,8 @@ impl FrontEnd for JobdFrontEnd {
             // The worker is one session for the server's shutdown: it holds its place
             // until running jobs are finished and recorded.
             let slot = gate.try_enter("the jobd worker");
-            let sched = Box::new(EngineScheduler::new(self.broker.clone()));
+            let mut sched = Box::new(EngineScheduler::new(self.broker.clone()));
+            sched.publish_as(format!("{} ({})", self.config.name, self.describe()));
             let handle = serve_jobd(self.listener, self.config, sched).await;
             let mut stop = gate.shutdown_signal();
             while !*stop.borrow() {

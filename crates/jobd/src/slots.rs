@@ -59,6 +59,9 @@ pub trait Scheduler: Send + 'static {
     /// A started job ended: with the launcher's outcome, or `None` when it was dropped
     /// before its launcher ran. Frees its slot and tells the engine's watchers.
     fn finished(&mut self, start: &Start, outcome: Option<&Outcome>);
+    /// A started job's launcher is running as process `pid` with `command` (for the
+    /// operator's view of running processes; the end is [`Scheduler::finished`]).
+    fn launched(&mut self, _start: &Start, _pid: i32, _command: Vec<String>) {}
     /// Removes every queued (not started) job, for shutdown.
     fn drain_queued(&mut self) -> Vec<u64>;
     /// Jobs running now, all targets.

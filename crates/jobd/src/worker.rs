@@ -610,12 +610,12 @@ impl Worker {
                     Ok(Outcome::spawn_failed(msg))
                 }
                 Ok(running) => {
-                    self.inner
-                        .state
-                        .lock()
-                        .unwrap()
-                        .running
-                        .insert(id, running.pgid);
+                    {
+                        let mut st = self.inner.state.lock().unwrap();
+                        st.running.insert(id, running.pgid);
+                        let command = launcher::argv(&self.inner.spec.template, id);
+                        st.sched.launched(&start, running.pgid, command);
+                    }
                     let o = running.wait().await;
                     self.inner.state.lock().unwrap().running.remove(&id);
                     Ok(o)

@@ -1,5 +1,5 @@
 // jobyard's dashboard: a page per view (#/ queues, #/queue/NAME/STATE, #/job/ID,
-// #/connections), fed by the admin JSON API. Lists are paged by the server; nothing here
+// #/connections, and from workers.js #/workers and #/jobd), fed by the admin JSON API. Lists are paged by the server; nothing here
 // loads a whole queue.
 "use strict";
 
@@ -189,12 +189,14 @@ async function route() {
     if (parts[0] === "queue" && parts[1]) await queueView(parts[1], parts[2] || "ready", parts[3]);
     else if (parts[0] === "job" && parts[1]) await jobView(parts[1]);
     else if (parts[0] === "connections") await connectionsView();
+    else if (parts[0] === "workers") await workersView(parts[1]);
+    else if (parts[0] === "jobd") await jobdView(parts[1]);
     else await queuesView();
   } catch (e) {
     $("#view").innerHTML = `<p class="muted">${esc(e.message)}</p>`;
   }
   // Live counts: the overview and connections refresh themselves; listings do on demand.
-  if (!parts[0] || parts[0] === "connections") timer = setTimeout(route, REFRESH_MS);
+  if (!parts[0] || ["connections", "workers", "jobd"].includes(parts[0])) timer = setTimeout(route, REFRESH_MS);
 }
 
 // A read-only token sees no action buttons (the server would refuse them anyway).

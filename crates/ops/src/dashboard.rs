@@ -1,4 +1,4 @@
-//! The web dashboard: three static files embedded in the binary (no build step, nothing
+//! The web dashboard: four static files embedded in the binary (no build step, nothing
 //! fetched from the network), which read everything from the admin JSON API.
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use jobyard_broker::Broker;
 
 const INDEX: &str = include_str!("../assets/index.html");
 const APP: &str = include_str!("../assets/app.js");
+const WORKERS: &str = include_str!("../assets/workers.js");
 const STYLE: &str = include_str!("../assets/style.css");
 
 pub(crate) fn routes() -> Router<Arc<Broker>> {
@@ -22,6 +23,10 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
         .route(
             "/ui/app.js",
             get(|| async { page(APP, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/workers.js",
+            get(|| async { page(WORKERS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/ui/style.css",

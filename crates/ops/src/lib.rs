@@ -4,7 +4,8 @@
 //! at `/` (static files embedded in the binary), and the admin JSON API under
 //! `/admin/api/` that the dashboard and `jobyard ctl` use (overview, a
 //! queue's jobs page by page, a job, and the actions: kick, delete, bury, pause, resume,
-//! drain). Everything is read from the broker: the engine's queues, the metrics registry and
+//! drain; the workers and worker processes every front end publishes in the broker's
+//! registry). Everything is read from the broker: the engine's queues, the metrics registry and
 //! the log's figures; nothing here is on a job's hot path. [`access`] guards the whole
 //! listener (these routes and the `/v1` API) with tokens when they are configured.
 
@@ -12,7 +13,9 @@
 pub mod access;
 mod admin;
 mod dashboard;
+pub mod lease_histogram;
 pub mod prometheus;
+mod workers;
 
 use std::sync::Arc;
 
@@ -22,6 +25,7 @@ use jobyard_broker::Broker;
 /// The operations routes, for the HTTP listener to serve.
 pub fn router(broker: Arc<Broker>) -> Router {
     admin::routes()
+        .merge(workers::routes())
         .merge(prometheus::routes())
         .merge(dashboard::routes())
         .with_state(broker)

@@ -4,7 +4,8 @@
 //! Nothing here runs per job. The hot path bumps the registry's atomics; a scrape copies
 //! them into the exporter (`absolute` for counters, `set` for gauges) and renders. The one
 //! metric recorded as it happens is the log's fsync latency histogram (once per sync, not
-//! per job), recorded by storage through the same facade.
+//! per job), recorded by storage through the same facade. The lease-to-complete histograms
+//! are the broker's own buckets, written out by [`crate::lease_histogram`].
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -72,7 +73,9 @@ pub fn render(broker: &Broker) -> String {
     record_queues(broker);
     record_protocols(broker);
     record_log(broker);
-    handle.render()
+    let mut out = handle.render();
+    crate::lease_histogram::render(broker, &mut out);
+    out
 }
 
 /// One queue's figures, copied under the engine lock so that recording them (registry

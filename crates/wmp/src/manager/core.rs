@@ -188,6 +188,7 @@ impl Manager {
     /// Gives back what the session holds in the engine: the wait, the pinned queues, and
     /// (through the broker) the leases.
     pub(crate) fn stop(&mut self) {
+        self.publish_stop();
         {
             let mut txn = self.broker.lock();
             txn.cancel_wait(self.conn);

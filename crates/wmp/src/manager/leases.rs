@@ -161,6 +161,7 @@ impl Manager {
         let lsn = txn.commit();
         self.lsn = self.lsn.max(lsn);
         self.registry.consume(&path);
+        self.publish_take(&path, id);
         let mut msg = crate::message::Message::new(path.clone(), Command::Take(take));
         msg.extra.push("priority", pri.to_string());
         self.out.push(super::core::Outgoing {
@@ -200,6 +201,7 @@ impl Manager {
             return;
         }
         let id = done.job;
+        self.publish_end(id);
         let (pri, timeouts) = txn.job(id).map(|j| (j.pri, j.timeouts)).expect("held");
         match done.status {
             Status::Ok => {
@@ -260,6 +262,7 @@ impl Manager {
     /// failure limit it is buried, or failed for a client that waits for it.
     pub(crate) fn on_lease_expired(&mut self, id: JobId) {
         counters::count(&self.metrics, Counter::LeaseExpired);
+        self.publish_end(id);
         let mut txn = self.broker.lock();
         let Some(job) = txn.job(id) else { return };
         if job.state != JobState::Ready
@@ -281,6 +284,7 @@ impl Manager {
     /// A TAKE whose first hop was gone never reached a worker: the job is ready again at
     /// once (the attempt stays used).
     pub(crate) fn undo_take(&mut self, job: JobId, attempt: u32) {
+        self.publish_end(job);
         let mut txn = self.broker.lock();
         let held = txn.job(job).is_some_and(|j| {
             j.state == JobState::Reserved && j.owner == self.conn && j.reserves == attempt

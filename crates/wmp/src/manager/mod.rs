@@ -12,6 +12,8 @@ mod counters;
 mod frontend;
 #[cfg(feature = "manager")]
 mod leases;
+#[cfg(feature = "manager")]
+mod published;
 mod registry;
 mod roles;
 #[cfg(feature = "manager")]

@@ -53,6 +53,7 @@ impl Manager {
     /// READY: remember (or refresh) the path and WAKE it at once if one of its queues has
     /// a ready job and it was not woken within the interval.
     pub(crate) fn on_ready(&mut self, path: Path, ready: Ready) {
+        self.publish_ready(&path, &ready);
         let now = Instant::now();
         let offer = match self.registry.on_ready(&path, &ready, now) {
             ReadyOutcome::Full => {
