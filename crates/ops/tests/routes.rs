@@ -237,3 +237,95 @@ async fn the_dashboard_is_served_from_the_binary() {
     let (status, _) = call(&broker, "GET", "/ui/style.css").await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn metrics_show_the_lease_to_complete_histogram_per_queue_and_outcome() {
+    let broker = Broker::in_memory();
+    for _ in 0..3 {
+        put(&broker, "prom-lease", 1);
+    }
+    for end in ["delete", "delete", "bury"] {
+        let id = reserve(&broker, 9, "prom-lease");
+        let mut txn = broker.lock();
+        match end {
+            "delete" => assert!(txn.delete(9, id)),
+            _ => assert!(txn.bury(9, id, 1)),
+        }
+    }
+    let (status, text) = call(&broker, "GET", "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    let sample = |name: &str, labels: &str| -> f64 {
+        let prefix = format!("{name}{{{labels}}} ");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+        line[prefix.len()..].parse().unwrap()
+    };
+    let m = "jobyard_lease_to_complete_seconds";
+    let ok = r#"queue="prom-lease",outcome="ok""#;
+    let failed = r#"queue="prom-lease",outcome="failed""#;
+    assert_eq!(sample(&format!("{m}_count"), ok), 2.0);
+    assert_eq!(sample(&format!("{m}_count"), failed), 1.0);
+    assert_eq!(
+        sample(&format!("{m}_bucket"), &format!(r#"{ok},le="+Inf""#)),
+        2.0
+    );
+    assert_eq!(
+        sample(&format!("{m}_bucket"), &format!(r#"{ok},le="600""#)),
+        2.0
+    );
+    assert!(sample(&format!("{m}_sum"), ok) >= 0.0);
+    assert!(text.contains(&format!("# TYPE {m} histogram")));
+}
+
+#[tokio::test]
+async fn the_workers_views_list_what_front_ends_publish_a_page_at_a_time() {
+    let broker = Broker::in_memory();
+    put(&broker, "render", 1);
+    let job = reserve(&broker, 5, "render");
+    let now = Broker::now();
+    for i in 0..3 {
+        broker.workers().seen("wmp", &format!("w{i}"), now, |w| {
+            w.queues = vec!["render".into()];
+            w.detail = vec![("manager", "m1".into())];
+        });
+    }
+    broker.workers().took("wmp", "w0", job, now);
+    broker.workers().took("wmp", "w1", 999_999, now); // ended without word: not shown
+    broker
+        .workers()
+        .process_started(jobyard_broker::ProcessInfo {
+            protocol: "jobd",
+            job,
+            pid: 4242,
+            label: "row 17".into(),
+            queue: "render".into(),
+            started: now - 1500,
+            command: vec!["/bin/run".into(), "17".into()],
+        });
+    let (status, page) = json(&broker, "GET", "/admin/api/workers?protocol=wmp&limit=2").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["total"], 3);
+    let w0 = &page["workers"][0];
+    assert_eq!(w0["id"], "w0");
+    assert_eq!(w0["in_flight"], 1);
+    assert_eq!(w0["jobs"][0]["id"], job);
+    assert_eq!(w0["detail"]["manager"], "m1");
+    assert_eq!(w0["queues"][0]["reserved"], 1);
+    assert_eq!(page["workers"][1]["in_flight"], 0);
+    let next = page["next"].as_str().unwrap().to_string();
+    let (_, rest) = json(
+        &broker,
+        "GET",
+        &format!("/admin/api/workers?protocol=wmp&limit=2&after={next}"),
+    )
+    .await;
+    assert_eq!(rest["workers"][0]["id"], "w2");
+    assert!(rest["next"].is_null());
+    let (_, procs) = json(&broker, "GET", "/admin/api/processes?protocol=jobd").await;
+    assert_eq!(procs["total"], 1);
+    assert_eq!(procs["processes"][0]["pid"], 4242);
+    assert_eq!(procs["processes"][0]["command"][1], "17");
+    assert!(procs["processes"][0]["running_s"].as_f64().unwrap() >= 1.5);
+}
