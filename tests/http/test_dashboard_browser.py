@@ -2,11 +2,12 @@
 chromium-driver by selenium): the overview lists queues filled over beanstalkd (greenstalk)
 and its counts follow new puts, a queue page pages through its jobs by state, and the
 actions (kick, delete, pause, resume) work from the page, including on a job that has moved
-on. Each test saves screenshots under tests/screenshots/ for a person to look at."""
+on; the Workers pane lists a pyzmq 14/WMP worker with its roles, leases and manager. Each
+test saves screenshots under tests/screenshots/ for a person to look at."""
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 from pathlib import Path
 
 import greenstalk
@@ -15,47 +16,16 @@ import requests
 
 from http_testlib import http, start_http  # noqa: F401  (fixtures)
 
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-# Bounds how long a broken page can hold a test; a working one answers in well under a second
-# (the overview refreshes itself every 2 s).
-WAIT_S = 15
+# http_testlib put tests/ on the path.
+from browserlib import cell_text, shot, start_browser, wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def browser():
     """One headless chromium for the module's tests (starting it is the slow part)."""
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail("chromium and chromium-driver are missing: run scripts/setup.sh",
-                    pytrace=False)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,860", "--no-first-run", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT_S)
-    SCREENSHOTS.mkdir(exist_ok=True)
+    driver = start_browser()
     yield driver
     driver.quit()
-
-
-def wait_until(driver, condition, what: str):
-    from selenium.common.exceptions import (NoSuchElementException,
-                                            StaleElementReferenceException)
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # The page redraws itself (live counts): an element found a moment ago may be gone.
-    redrawn = (NoSuchElementException, StaleElementReferenceException)
-    try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.05,
-                             ignored_exceptions=redrawn).until(lambda d: condition(d))
-    except Exception as e:  # a timeout: say what was awaited, and show the page
-        raise AssertionError(f"{what}; the page shows:\n{driver.find_element('tag name', 'main').text}") from e
 
 
 def cell(driver, queue: str, key: str) -> str:
@@ -75,10 +45,6 @@ def job_rows(driver) -> list[int]:
 def toast(driver) -> str:
     return wait_until(driver, lambda d: d.find_element("id", "toast").is_displayed()
                       and d.find_element("id", "toast").text, "a message appears")
-
-
-def shot(driver, name: str) -> None:
-    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
 
 
 def beanstalk(srv, tube: str) -> greenstalk.Client:
@@ -204,3 +170,59 @@ def test_the_job_page_and_the_connections_page(browser, http):
     browser.get(http.url("/#/job/999999"))
     wait_until(browser, lambda d: "may have finished" in d.find_element("id", "view").text,
                "a clear message for a job that is gone")
+
+
+def wmplib():
+    """tests/wmp/wmplib.py (pyzmq frames written from docs/wmp.md), loaded by its path:
+    putting tests/wmp on sys.path would make its conftest importable by that name."""
+    path = Path(__file__).resolve().parents[1] / "wmp" / "wmplib.py"
+    spec = importlib.util.spec_from_file_location("wmplib", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def worker_cell(driver, worker: str, key: str) -> str:
+    return cell_text(driver, f'#workers tr[data-worker="{worker}"] td[data-k="{key}"]')
+
+
+def test_the_workers_pane_shows_wmp_workers_with_roles_leases_and_manager(browser, start_http):
+    zmq = pytest.importorskip("zmq")
+    w = wmplib()
+    endpoint = w.free_endpoint()
+    srv = start_http(["--wmp-listen", endpoint, "--wmp-name", "dash-m1"])
+    with beanstalk(srv, "thumbs") as c:
+        jobs = [c.put(f"picture {i}") for i in range(2)]
+    ctx = zmq.Context()
+    try:
+        thumbnailer = w.Dealer(ctx, endpoint, identity=b"thumbnailer-1")
+        take = thumbnailer.take_one("thumbs", lock="L-1")
+        assert take.command == "TAKE" and int(take.headers["job"]) in jobs, take
+        # A second worker, with a generated (binary) identity and no roles: any queue.
+        idle = w.Dealer(ctx, endpoint)
+        idle.send("READY", w.headers(worker="spare-box"))
+        browser.get(srv.url("/#/workers"))
+        wait_until(browser, lambda d: worker_cell(d, "thumbnailer-1", "in-flight") == "1",
+                   "the worker with its lease")
+        row = browser.find_element("css selector", 'tr[data-worker="thumbnailer-1"]').text
+        assert "thumbs" in row and "dash-m1" in row and "wmp" in row, row
+        assert take.headers["job"] in row, "the leased job is listed"
+        wait_until(browser, lambda d: "spare-box" in d.find_element("id", "workers").text,
+                   "the worker without roles")
+        spare = [r.text for r in browser.find_elements("css selector", "#workers tr")
+                 if "spare-box" in r.text]
+        assert "any" in spare[0] and "0x" in spare[0], spare
+        shot(browser, "workers")
+        # Its DONE ends the lease: the live view follows.
+        thumbnailer.done(take, payload=b"thumb")
+        wait_until(browser, lambda d: worker_cell(d, "thumbnailer-1", "in-flight") == "0",
+                   "the lease gone after DONE")
+        listed = srv.get("/admin/api/workers?protocol=wmp").json()
+        assert listed["total"] == 2
+        by_id = {x["id"]: x for x in listed["workers"]}
+        assert by_id["thumbnailer-1"]["queues"][0]["name"] == "thumbs"
+        assert by_id["thumbnailer-1"]["detail"]["manager"] == "dash-m1"
+        thumbnailer.close()
+        idle.close()
+    finally:
+        ctx.destroy(linger=0)

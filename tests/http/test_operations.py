@@ -77,3 +77,62 @@ def test_ctl_reports_an_unreachable_server_with_exit_2(http):
     out = subprocess.run([str(binary_path()), "ctl", "--url", "http://127.0.0.1:1", "queues"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "cannot reach" in out.stderr
+
+
+def lease_histogram(text: str, queue: str, outcome: str) -> dict:
+    """The lease-to-complete histogram of one queue and outcome, read with the Prometheus
+    project's own text parser: {"buckets": [(le, count), ...], "sum": s, "count": n}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {"buckets": []}
+    for family in text_string_to_metric_families(text):
+        if family.name != "jobyard_lease_to_complete_seconds":
+            continue
+        assert family.type == "histogram"
+        for s in family.samples:
+            if s.labels.get("queue") != queue or s.labels.get("outcome") != outcome:
+                continue
+            if s.name.endswith("_bucket"):
+                out["buckets"].append((float(s.labels["le"]), s.value))
+            elif s.name.endswith("_sum"):
+                out["sum"] = s.value
+            elif s.name.endswith("_count"):
+                out["count"] = s.value
+    return out
+
+
+def test_lease_to_complete_histogram_after_known_reserves_and_deletes(http):
+    import time
+
+    import greenstalk
+
+    held_s = 0.3
+    with greenstalk.Client(http.beanstalk, use="timed", watch="timed") as c:
+        for i in range(5):
+            c.put(f"job {i}")
+        windows = []
+        for _ in range(3):  # reserve → delete at once
+            start = time.monotonic()
+            c.delete(c.reserve(timeout=5))
+            windows.append(time.monotonic() - start)
+        # One held for a known time: the server's lease lies inside the client's window.
+        start = time.monotonic()
+        job = c.reserve(timeout=5)
+        time.sleep(held_s)
+        c.delete(job)
+        slow_window = time.monotonic() - start
+        # Released and taken again: one completion, timed from the second lease.
+        c.release(c.reserve(timeout=5))
+        c.bury(c.reserve(timeout=5))
+    text = http.get("/metrics").text
+    ok = lease_histogram(text, "timed", "ok")
+    failed = lease_histogram(text, "timed", "failed")
+    assert ok["count"] == 4 and failed["count"] == 1, (ok, failed)
+    assert held_s <= ok["sum"] <= sum(windows) + slow_window, ok
+    buckets = dict(ok["buckets"])
+    assert buckets[float("inf")] == 4
+    counts = [n for _, n in sorted(ok["buckets"])]
+    assert counts == sorted(counts), "cumulative buckets never decrease"
+    # The held job's lease lasted more than 0.25 s: it is above that bucket's bound.
+    assert buckets[0.25] <= 3
+    assert buckets[600.0] == 4
