@@ -14,6 +14,7 @@
 
 pub mod budget;
 mod durability;
+pub mod labelled;
 mod mailbox;
 pub mod metrics;
 mod open;
@@ -32,6 +33,7 @@ use tokio::sync::Notify;
 
 pub use durability::Compaction;
 pub use jobyard_storage::Lsn;
+pub use labelled::{FigureKind, LabelledMetrics, LabelledRow};
 pub use mailbox::{Mailbox, MAILBOX_CAP};
 pub use metrics::{Metrics, ProtocolMetrics};
 pub use open::{OpenError, StorageOptions};

@@ -78,7 +78,7 @@ impl FrontEnd for JobdFrontEnd {
             // until running jobs are finished and recorded.
             let slot = gate.try_enter("the jobd worker");
             let sched = Box::new(EngineScheduler::new(self.broker.clone()));
-            let handle = serve_jobd(self.listener, self.config, sched).await;
+            let handle = serve_jobd(self.listener, self.config, sched, Some(gate.clone())).await;
             let mut stop = gate.shutdown_signal();
             while !*stop.borrow() {
                 if stop.changed().await.is_err() {
