@@ -232,6 +232,10 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="jobd-bench-"))
     m = jc.Mariadb(tmp)
     m.sql(f"SET GLOBAL innodb_flush_log_at_trx_commit = {a.db_flush}")
+    # Printed with the figures, so a run says what durability the database had.
+    db_settings = dict(zip(
+        ("innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "version"),
+        m.sql("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, VERSION()")[0]))
     results = []
 
     def record(**kw):
@@ -258,7 +262,7 @@ def main():
                 w.stop()
                 db.close()
             floor = launch_floor(a.jobs, sum(shape.values()))
-            record(shape=label, mode="serve" if serve else "jobd", **tp,
+            record(shape=label, mode="serve" if serve else "jobd", loadavg=os.getloadavg()[0], **tp,
                    lat_direct=lat, floor_per_s=floor)
         # Through the master: its poke throttle (default 0.5 s) delays a poke that follows
         # another within the interval, so samples are spaced past it.
@@ -285,6 +289,7 @@ def main():
             master.wait(30)
             db.close()
         record(shape="1x8", mode="via-master", lat_master=lat)
+        record(mode="settings", **db_settings, loadavg=os.getloadavg()[0])
     finally:
         m.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -314,9 +319,11 @@ def main():
     print(f"\n{a.jobs} rows per throughput run, INSERTed {a.batch} per statement, each batch"
           f" followed by a poke; latency: {a.samples} sequential samples per shape, the client"
           " re-reading the row until it is `done`. Launcher `true`; MariaDB in a temp dir,"
-          f" innodb_flush_log_at_trx_commit = {a.db_flush}"
-          f"{' (its default: an fsync per commit)' if a.db_flush == 1 else ''}, on the same"
-          " machine.")
+          f" innodb_flush_log_at_trx_commit = {db_settings['innodb_flush_log_at_trx_commit']}"
+          f"{' (its default: an fsync per commit)' if a.db_flush == 1 else ''},"
+          f" log_bin = {db_settings['log_bin']} (sync_binlog = {db_settings['sync_binlog']}),"
+          f" MariaDB {db_settings['version']}, on the same machine; load average at the end"
+          f" {os.getloadavg()[0]:.1f}.")
 
 
 if __name__ == "__main__":

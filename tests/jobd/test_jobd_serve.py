@@ -169,3 +169,126 @@ def test_kill9_of_the_server_strands_no_row(start_server, jobs_db, tmp_path, job
     (tmp_path / "go").touch()
     _poll(jobyard_bin, jobd_port, "t1")
     assert jobs_db.wait_status(queued, "done")["result"] == "ok"
+
+
+def _metrics(http_port: int) -> dict:
+    """`/metrics` parsed by the Prometheus client library: {(name, labels): value}."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(f"http://127.0.0.1:{http_port}/metrics", timeout=30).text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_jobd_figures_in_metrics(start_server, jobs_db, tmp_path, jobyard_bin):
+    """Known jobd operations show in `/metrics`: requests by type, rows taken and ended,
+    per-target launched/finished/failed/running, spawn failures, connections."""
+    http_port = free_port()
+    run = tmp_path / "run.sh"
+    run.write_text(
+        'd=$(dirname "$0")\ntouch "$d/started-$1"\n'
+        'while [ ! -f "$d/go" ]; do sleep 0.02; done\n[ ! -f "$d/fail-$1" ]\n'
+    )
+    jobd_port = free_port()
+    cfg = tmp_path / "jobd.conf"
+    cfg.write_text(
+        f"host = 127.0.0.1\nport = {jobd_port}\nname = w1\n"
+        f"mysql_host = 127.0.0.1\nmysql_port = {jobs_db.m.port}\nmysql_user = root\n"
+        f"mysql_password = \"\"\nmysql_database = {jobs_db.name}\nmysql_table = jobs\n"
+        f"launcher = /bin/sh {run} {{id}}\nshutdown_timeout = 2\n[targets]\nm1 = 2\nm2 = 1\n"
+    )
+    start_server(extra_args=["--jobd-config", str(cfg), "--http-listen", f"127.0.0.1:{http_port}"])
+    _wait(lambda: _port_open(jobd_port), "the jobd listener")
+
+    ids = [jobs_db.insert("m1") for _ in range(3)]
+    _poll(jobyard_bin, jobd_port, "m1")
+    _wait(lambda: _started(tmp_path) == 2, "two jobs running")
+    m = _metrics(http_port)
+    assert m[("jobyard_jobd_running_processes", (("target", "m1"),))] == 2
+    assert m[("jobyard_jobd_jobs_launched_total", (("target", "m1"),))] == 2
+    assert m[("jobyard_jobd_running_processes", (("target", "m2"),))] == 0
+    assert m[("jobyard_commands_total", (("command", "poll"), ("protocol", "jobd")))] == 1
+    assert m[("jobyard_jobd_master_connected", (("worker", "w1"),))] == 0
+
+    (tmp_path / f"fail-{ids[2]}").touch()
+    (tmp_path / "go").touch()
+    for i in ids:
+        jobs_db.wait_status(i, "done")
+    assert jobs_db.row(ids[2])["result"] == "fail"
+    m = _metrics(http_port)
+    assert m[("jobyard_jobd_jobs_launched_total", (("target", "m1"),))] == 3
+    assert m[("jobyard_jobd_jobs_finished_total", (("target", "m1"),))] == 3
+    assert m[("jobyard_jobd_jobs_failed_total", (("target", "m1"),))] == 1
+    assert m[("jobyard_jobd_running_processes", (("target", "m1"),))] == 0
+    assert m[("jobyard_protocol_jobs_created_total", (("protocol", "jobd"),))] == 3
+    assert m[("jobyard_protocol_jobs_completed_total", (("protocol", "jobd"),))] == 2
+    assert m[("jobyard_protocol_jobs_failed_total", (("protocol", "jobd"),))] == 1
+    assert m[("jobyard_commands_total", (("command", "poll"), ("protocol", "jobd")))] == 1
+    assert m[("jobyard_jobd_launcher_spawn_failures_total", (("worker", "w1"),))] == 0
+    assert m[("jobyard_jobd_db_errors_total", (("worker", "w1"),))] == 0
+
+    # A status request on a connection that stays open: counted, and the connection is in
+    # the protocol's gauge while it is open.
+    with socket.create_connection(("127.0.0.1", jobd_port), timeout=30) as s:
+        s.sendall(b'[0,{"no":1,"type":"status"}]\x04')
+        buf = b""
+        while not buf.endswith(b"\x04"):
+            buf += s.recv(65536)
+        m = _metrics(http_port)
+        assert m[("jobyard_connections", (("protocol", "jobd"),))] == 1
+        assert m[("jobyard_commands_total", (("command", "status"), ("protocol", "jobd")))] == 1
+    _wait(lambda: _metrics(http_port)[("jobyard_connections", (("protocol", "jobd"),))] == 0,
+          "the connection to be counted closed")
+
+
+def test_jobd_connections_count_against_max_connections(
+        start_server, jobs_db, tmp_path, jobyard_bin):
+    """The jobd listener takes its connections from the server's gate: with
+    `--max-connections 3` (one place is the jobd worker itself), two clients are served,
+    the third is closed at once and counted as refused; a place freed serves again."""
+    http_port = free_port()
+    jobd_port = free_port()
+    cfg = tmp_path / "jobd.conf"
+    cfg.write_text(
+        f"host = 127.0.0.1\nport = {jobd_port}\nname = w\n"
+        f"mysql_host = 127.0.0.1\nmysql_port = {jobs_db.m.port}\nmysql_user = root\n"
+        f"mysql_password = \"\"\nmysql_database = {jobs_db.name}\nmysql_table = jobs\n"
+        f"launcher = /bin/true {{id}}\n[targets]\nt1 = 1\n"
+    )
+    start_server(extra_args=["--jobd-config", str(cfg), "--max-connections", "3",
+                             "--http-listen", "off"])
+    _wait(lambda: _port_open(jobd_port), "the jobd listener")
+
+    def status(s: socket.socket) -> bytes:
+        s.sendall(b'[0,{"no":7,"type":"status"}]\x04')
+        buf = b""
+        while not buf.endswith(b"\x04"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return buf
+            buf += chunk
+        return buf
+
+    # _port_open's probe connection may still hold its place for a moment.
+    time.sleep(0.3)
+    a = socket.create_connection(("127.0.0.1", jobd_port), timeout=30)
+    b = socket.create_connection(("127.0.0.1", jobd_port), timeout=30)
+    assert b'"no":7' in status(a) and b'"no":7' in status(b)
+    c = socket.create_connection(("127.0.0.1", jobd_port), timeout=30)
+    assert status(c) == b"", "the connection over the limit is closed without an answer"
+    c.close()
+    a.close()
+    deadline = time.time() + 30
+    while True:
+        d = socket.create_connection(("127.0.0.1", jobd_port), timeout=30)
+        if b'"no":7' in status(d):
+            break
+        d.close()
+        assert time.time() < deadline, "a freed place was not given to a new connection"
+        time.sleep(0.05)
+    d.close()
+    b.close()

@@ -14,6 +14,7 @@
 
 pub mod budget;
 mod durability;
+pub mod labelled;
 pub mod lease_latency;
 mod mailbox;
 pub mod metrics;
@@ -34,6 +35,7 @@ use tokio::sync::Notify;
 
 pub use durability::Compaction;
 pub use jobyard_storage::Lsn;
+pub use labelled::{FigureKind, LabelledMetrics, LabelledRow};
 pub use lease_latency::{
     HistogramSnapshot, LatencyHistogram, LeaseLatency, QueueLeaseLatency, LEASE_BUCKETS_US,
 };

@@ -12,6 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::labelled::{FigureKind, LabelledMetrics};
+
 /// Counters of one protocol front end.
 #[derive(Debug)]
 pub struct ProtocolMetrics {
@@ -77,6 +79,7 @@ pub struct CompactionMetrics {
 #[derive(Debug, Default)]
 pub struct Metrics {
     protocols: Mutex<Vec<Arc<ProtocolMetrics>>>,
+    labelled: Mutex<Vec<Arc<LabelledMetrics>>>,
     pub compaction: CompactionMetrics,
     /// Lease-to-complete histograms per queue, recorded as the broker commits.
     pub lease_latency: crate::lease_latency::LeaseLatency,
@@ -107,6 +110,30 @@ impl Metrics {
         });
         list.push(p.clone());
         p
+    }
+
+    /// A family of per-label figures (e.g. per jobd target), registered on first call;
+    /// later calls with the same first figure name return the same family.
+    pub fn labelled(
+        &self,
+        label: &'static str,
+        figures: &'static [(&'static str, FigureKind)],
+    ) -> Arc<LabelledMetrics> {
+        let mut list = self.labelled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = list.iter().find(|f| f.figures.first() == figures.first()) {
+            return f.clone();
+        }
+        let f = Arc::new(LabelledMetrics::new(label, figures));
+        list.push(f.clone());
+        f
+    }
+
+    /// Every registered family of per-label figures.
+    pub fn families(&self) -> Vec<Arc<LabelledMetrics>> {
+        self.labelled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Every registered protocol, in registration order.

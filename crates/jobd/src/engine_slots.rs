@@ -403,6 +403,10 @@ impl Scheduler for EngineScheduler {
     fn take_wakeups(&mut self) -> Option<Mailbox> {
         self.mailbox.take()
     }
+
+    fn registry(&self) -> Option<Arc<Broker>> {
+        Some(self.broker.clone())
+    }
 }
 
 #[cfg(test)]

@@ -77,11 +77,18 @@ pub fn argv(template: &str, id: u64) -> Vec<String> {
 
 /// A running job: its process group id is its pid.
 pub struct Running {
-    child: tokio::process::Child,
+    child: Child,
     /// The process group to signal.
     pub pgid: i32,
     out: tokio::task::JoinHandle<Vec<u8>>,
     err: tokio::task::JoinHandle<Vec<u8>>,
+}
+
+/// How the job's process is waited for: its pidfd (started by [`crate::spawn`]), or
+/// tokio's child handle (the fork fallback on kernels without `CLONE_PIDFD`).
+enum Child {
+    Pidfd(std::os::fd::OwnedFd),
+    Tokio(tokio::process::Child),
 }
 
 /// Starts job `id`. An error is a readable reason (e.g. the launcher does not exist).
@@ -90,6 +97,23 @@ pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
     let Some((program, rest)) = args.split_first() else {
         return Err("launcher command is empty".into());
     };
+    match crate::spawn::spawn(&args, spec.cwd.as_deref(), &spec.env) {
+        Ok(s) => {
+            let (pid, pidfd, out, err) = s.into_parts();
+            let cap = spec.max_output;
+            let pipe = |fd| tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok();
+            return Ok(Running {
+                child: Child::Pidfd(pidfd),
+                pgid: pid,
+                out: tokio::spawn(read_capped(pipe(out), cap)),
+                err: tokio::spawn(read_capped(pipe(err), cap)),
+            });
+        }
+        Err(crate::spawn::SpawnError::Failed(e)) => {
+            return Err(format!("cannot start launcher '{program}': {e}"));
+        }
+        Err(crate::spawn::SpawnError::Unsupported) => {}
+    }
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .stdin(Stdio::null())
@@ -122,7 +146,7 @@ pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     Ok(Running {
-        child,
+        child: Child::Tokio(child),
         pgid,
         out: tokio::spawn(read_capped(stdout, cap)),
         err: tokio::spawn(read_capped(stderr, cap)),
@@ -131,17 +155,26 @@ pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
 
 impl Running {
     /// Waits for the end of the job and collects its output.
-    pub async fn wait(mut self) -> Outcome {
+    pub async fn wait(self) -> Outcome {
         use std::os::unix::process::ExitStatusExt;
-        let status = self.child.wait().await;
+        let Running {
+            child,
+            mut out,
+            mut err,
+            ..
+        } = self;
+        let status = match child {
+            Child::Tokio(mut c) => c.wait().await.map(|st| (st.code(), st.signal())),
+            Child::Pidfd(fd) => crate::spawn::Spawned::wait(fd).await,
+        };
         let grace = tokio::time::sleep(PIPE_GRACE);
         tokio::pin!(grace);
-        let stdout = collect(&mut self.out, &mut grace).await;
-        let stderr = collect(&mut self.err, &mut grace).await;
+        let stdout = collect(&mut out, &mut grace).await;
+        let stderr = collect(&mut err, &mut grace).await;
         match status {
-            Ok(st) => Outcome {
-                code: st.code(),
-                signal: st.signal(),
+            Ok((code, signal)) => Outcome {
+                code,
+                signal,
                 stdout: String::from_utf8_lossy(&stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&stderr).into_owned(),
             },

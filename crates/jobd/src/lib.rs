@@ -19,17 +19,22 @@ pub mod launcher;
 pub mod link;
 pub mod master;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod metrics;
 pub mod protocol;
 #[cfg(feature = "mysql")]
 pub mod serve;
 pub mod session;
 #[cfg(feature = "mysql")]
 pub mod slots;
+pub mod spawn;
 #[cfg(feature = "mysql")]
 pub mod store;
 pub mod validate;
 #[cfg(feature = "mysql")]
 pub mod worker;
+#[cfg(feature = "mysql")]
+pub mod writer;
 
 use std::path::{Path, PathBuf};
 

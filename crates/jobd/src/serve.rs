@@ -79,7 +79,7 @@ impl FrontEnd for JobdFrontEnd {
             let slot = gate.try_enter("the jobd worker");
             let mut sched = Box::new(EngineScheduler::new(self.broker.clone()));
             sched.publish_as(format!("{} ({})", self.config.name, self.describe()));
-            let handle = serve_jobd(self.listener, self.config, sched).await;
+            let handle = serve_jobd(self.listener, self.config, sched, Some(gate.clone())).await;
             let mut stop = gate.shutdown_signal();
             while !*stop.borrow() {
                 if stop.changed().await.is_err() {

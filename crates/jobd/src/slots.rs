@@ -7,7 +7,9 @@
 //! queue's lease limit, pause = the engine's pause). Unlike jobd, a paused target starts
 //! nothing: it takes no new rows and holds accepted ones until `continue`.
 
-use jobyard_broker::Mailbox;
+use std::sync::Arc;
+
+use jobyard_broker::{Broker, Mailbox};
 
 use crate::launcher::Outcome;
 
@@ -70,6 +72,11 @@ pub trait Scheduler: Send + 'static {
     /// someone else, a pause ended): the worker calls `take_startable` on each notice.
     /// Taken once, by the worker.
     fn take_wakeups(&mut self) -> Option<Mailbox> {
+        None
+    }
+    /// The broker whose metrics registry the worker reports to (`/metrics` of `jobyard
+    /// serve`); `None` keeps the figures in a registry of the worker's own.
+    fn registry(&self) -> Option<Arc<Broker>> {
         None
     }
 }

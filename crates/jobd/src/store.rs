@@ -9,13 +9,16 @@
 //! never left `running` because its output did not fit.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::Row;
+use sqlx::{Executor, Row};
 
 use crate::config::MysqlConfig;
 use crate::launcher::{signal_name, Outcome};
+use crate::metrics::JobdMetrics;
 
 /// Largest `mediumtext` value, in bytes (the README schema's column type).
 pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
@@ -25,6 +28,7 @@ pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
 pub struct Store {
     pool: MySqlPool,
     table: String,
+    metrics: Option<JobdMetrics>,
 }
 
 /// A row a worker took for one of its targets.
@@ -76,6 +80,24 @@ impl Store {
         Store {
             pool,
             table: format!("`{}`", cfg.table.replace('`', "``")),
+            metrics: None,
+        }
+    }
+
+    /// The same store, counting its retried errors in `metrics`.
+    pub fn with_metrics(mut self, metrics: JobdMetrics) -> Store {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts a failed batch write (its rows are then written one by one: a retry).
+    pub fn count_batch_error(&self) {
+        self.count_error(true);
+    }
+
+    fn count_error(&self, retried: bool) {
+        if let Some(m) = &self.metrics {
+            m.db_error(retried);
         }
     }
 
@@ -84,24 +106,49 @@ impl Store {
     /// once: the same transaction writes `accepted` and then `running, result='ok',
     /// time_started` (jobd's order; one commit instead of two, which halves the fsyncs
     /// before a job can start). Returned rows are `running`.
-    pub async fn fetch_waiting(
+    ///
+    /// Three round trips for one target: `BEGIN`, the prepared `SELECT … FOR UPDATE SKIP
+    /// LOCKED` (its text never changes, so it is prepared once per connection), and both
+    /// UPDATEs with the `COMMIT` sent as one text-protocol batch (their id lists change
+    /// every time: preparing them would cost a round trip and a server-side prepare each).
+    ///
+    /// (Boxed: the text-protocol executor's lifetimes are too general for the compiler to
+    /// see the future is `Send` from a spawned task; boxing settles them here.)
+    pub fn fetch_waiting<'a>(
+        &'a self,
+        wants: &'a [(String, u64)],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await?;
+            let result = self.claim_waiting(&mut conn, wants).await;
+            if result.is_err() {
+                // The transaction may still be open on this connection: never hand it
+                // back to the pool (closing it rolls back).
+                let _ = conn.close().await;
+            }
+            result
+        })
+    }
+
+    async fn claim_waiting(
         &self,
+        conn: &mut sqlx::MySqlConnection,
         wants: &[(String, u64)],
     ) -> Result<Vec<Claimed>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        conn.execute("BEGIN").await?;
         let mut claimed = Vec::new();
+        let sql = format!(
+            "SELECT id FROM {} WHERE status='waiting' AND target=? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+            self.table
+        );
         for (target, limit) in wants {
             if *limit == 0 {
                 continue;
             }
-            let sql = format!(
-                "SELECT id FROM {} WHERE status='waiting' AND target=? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-                self.table
-            );
             let rows = sqlx::query(&sql)
                 .bind(target)
                 .bind(*limit)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *conn)
                 .await?;
             for row in rows {
                 claimed.push(Claimed {
@@ -110,22 +157,20 @@ impl Store {
                 });
             }
         }
-        if !claimed.is_empty() {
+        let finish = if claimed.is_empty() {
+            "COMMIT".to_string()
+        } else {
             let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
-            let sql = format!(
-                "UPDATE {} SET status='accepted' WHERE id IN ({})",
-                self.table,
-                id_list(&ids)
-            );
-            sqlx::query(&sql).execute(&mut *tx).await?;
-            let sql = format!(
-                "UPDATE {} SET status='running', result='ok', time_started=? WHERE id IN ({})",
-                self.table,
-                id_list(&ids)
-            );
-            sqlx::query(&sql).bind(now()).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
+            let ids = id_list(&ids);
+            format!(
+                "UPDATE {t} SET status='accepted' WHERE id IN ({ids}); \
+                 UPDATE {t} SET status='running', result='ok', time_started={now} WHERE id IN ({ids}); \
+                 COMMIT",
+                t = self.table,
+                now = now()
+            )
+        };
+        conn.execute(finish.as_str()).await?;
         claimed.sort_by_key(|c| c.id);
         Ok(claimed)
     }
@@ -207,6 +252,7 @@ impl Store {
             match self.write_done(id, outcome, &stdout, &stderr).await {
                 Ok(()) => return,
                 Err(e) if is_data_error(&e) => {
+                    self.count_error(true);
                     tracing::warn!(id, error = %e, "jobd: final UPDATE rejected the data; sanitising");
                     shrink += 1;
                     match shrink {
@@ -234,12 +280,38 @@ impl Store {
                     }
                 }
                 Err(e) => {
+                    self.count_error(true);
                     tracing::warn!(id, error = %e, "jobd: final UPDATE failed; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(10));
                 }
             }
         }
+    }
+
+    /// Writes the ends of several jobs in one transaction (one commit instead of one per
+    /// job). On any error nothing is written and the caller writes them one by one with
+    /// [`Store::finish`], which retries and sanitises.
+    pub async fn finish_batch(&self, ends: &[(u64, &Outcome)]) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let sql = format!(
+            "UPDATE {} SET status='done', result=?, time_finished=?, return_code=?, sig=?, stdout=?, stderr=? WHERE id=?",
+            self.table
+        );
+        let now = now();
+        for (id, o) in ends {
+            sqlx::query(&sql)
+                .bind(if o.ok() { "ok" } else { "fail" })
+                .bind(now)
+                .bind(o.code.map(|c| c.clamp(0, 255)))
+                .bind(o.signal.map(signal_name))
+                .bind(truncate(&o.stdout, MEDIUMTEXT_MAX))
+                .bind(truncate(&o.stderr, MEDIUMTEXT_MAX))
+                .bind(*id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
     }
 
     async fn write_done(
@@ -295,7 +367,8 @@ impl Store {
             self.table,
             id_list(ids)
         );
-        sqlx::query(&sql).execute(&self.pool).await?;
+        // Text protocol: the id list makes every statement new (nothing to prepare).
+        sqlx::raw_sql(&sql).execute(&self.pool).await?;
         Ok(())
     }
 

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use jobyard_broker::{LabelledRow, ProtocolMetrics};
+use jobyard_net::{Gate, Slot};
 use serde_json::{json, Map, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
@@ -22,11 +24,13 @@ use crate::engine_slots::EngineScheduler;
 use crate::launcher::{self, LaunchSpec, Outcome};
 use crate::link::{Handler, Link, ReplyFuture};
 use crate::memory::memory_usage;
+use crate::metrics::{self, JobdMetrics};
 use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
 use crate::slots::{Scheduler, Start};
 use crate::store::{Claimed, Store};
 use crate::validate;
+use crate::writer::DoneWriter;
 
 type Waiter = oneshot::Sender<Result<Outcome, String>>;
 
@@ -43,11 +47,16 @@ struct State {
     running: HashMap<u64, i32>,
     /// Fetched rows already marked `running` in the table (they need no second write).
     premarked: BTreeSet<u64>,
+    /// Each target's figures (looked up once per target, not per job).
+    target_metrics: HashMap<String, Arc<LabelledRow>>,
 }
 
 struct Inner {
     state: Mutex<State>,
     store: Store,
+    /// The final UPDATEs, batched (see [`DoneWriter`]).
+    writer: DoneWriter,
+    metrics: JobdMetrics,
     spec: LaunchSpec,
     fetch_limit: u64,
     name: String,
@@ -98,14 +107,18 @@ pub async fn start_jobd_with(
     sched: Box<dyn Scheduler>,
 ) -> std::io::Result<JobdHandle> {
     let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
-    Ok(serve_jobd(listener, config, sched).await)
+    Ok(serve_jobd(listener, config, sched, None).await)
 }
 
-/// Runs a worker daemon on an already bound listener (see [`start_jobd_with`]).
+/// Runs a worker daemon on an already bound listener (see [`start_jobd_with`]). With a
+/// `gate` (inside `jobyard serve`), every connection, accepted or to the master, takes a
+/// place from it: the server's `--max-connections` covers them, and a connection beyond
+/// the limit is closed at once (and logged by the gate).
 pub async fn serve_jobd(
     listener: TcpListener,
     config: JobdConfig,
     sched: Box<dyn Scheduler>,
+    gate: Option<Gate>,
 ) -> JobdHandle {
     let addr = listener
         .local_addr()
@@ -143,7 +156,8 @@ pub async fn serve_jobd(
         let master_task = master.map(|(h, p)| {
             let w = w.clone();
             let pw = password.clone();
-            tokio::spawn(async move { w.master_loop(h, p, pw, reconnect).await })
+            let gate = gate.clone();
+            tokio::spawn(async move { w.master_loop(h, p, pw, reconnect, gate).await })
         });
         let handler: Arc<dyn Handler> = Arc::new(w.clone());
         let mut stop_rx = stop_rx;
@@ -152,10 +166,19 @@ pub async fn serve_jobd(
             tokio::select! {
                 accepted = listener.accept() => {
                     if let Ok((stream, peer)) = accepted {
+                        let Some(place) = w.admit(gate.as_ref(), &peer.to_string()) else {
+                            drop(stream);
+                            continue;
+                        };
                         let trusted = allow_local && is_localhost(&peer);
                         let session = Session::new(password.clone(), trusted);
                         links.retain(|l| !l.is_closed());
-                        links.push(Link::spawn(stream, session, handler.clone(), MAX_REQUEST_FRAME, None));
+                        let link = Link::spawn(stream, session, handler.clone(), MAX_REQUEST_FRAME, None);
+                        links.push(link.clone());
+                        tokio::spawn(async move {
+                            link.closed().await;
+                            drop(place);
+                        });
                     }
                 }
                 _ = &mut stop_rx => break,
@@ -196,10 +219,17 @@ impl Worker {
 
     /// A worker whose targets live in `sched` (the engine-backed scheduler plugs in here).
     pub fn with_scheduler(config: &JobdConfig, mut sched: Box<dyn Scheduler>) -> Worker {
+        let metrics = match sched.registry() {
+            Some(broker) => JobdMetrics::new(broker.metrics(), &config.name),
+            None => JobdMetrics::new(&jobyard_broker::Metrics::default(), &config.name),
+        };
+        let mut target_metrics = HashMap::new();
         for (t, c) in &config.targets {
             let _ = sched.add(t, *c);
+            target_metrics.insert(t.clone(), metrics.target(t));
         }
         let pool_size = config.targets.iter().map(|t| t.1).sum::<u32>().clamp(2, 16) + 2;
+        let store = Store::connect(&config.mysql, pool_size).with_metrics(metrics.clone());
         Worker {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -211,8 +241,11 @@ impl Worker {
                     waiters: HashMap::new(),
                     running: HashMap::new(),
                     premarked: BTreeSet::new(),
+                    target_metrics,
                 }),
-                store: Store::connect(&config.mysql, pool_size),
+                writer: DoneWriter::new(store.clone()),
+                store,
+                metrics,
                 spec: LaunchSpec {
                     template: config.launcher.clone(),
                     cwd: config.launcher_cwd.clone(),
@@ -231,6 +264,7 @@ impl Worker {
 
     /// Answers one request (the same handlers serve clients and the master).
     pub async fn dispatch(&self, kind: &str, data: Value) -> Result<Value, String> {
+        self.inner.metrics.request(kind);
         match kind {
             "poll" => self.poll(&data),
             "pause" => self.pause(&data, true),
@@ -302,7 +336,12 @@ impl Worker {
 
     fn add_target(&self, data: &Value) -> Result<Value, String> {
         let (target, c) = validate::target_and_concurrency(data)?;
-        self.inner.state.lock().unwrap().sched.add(&target, c)?;
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            st.sched.add(&target, c)?;
+            let m = self.inner.metrics.target(&target);
+            st.target_metrics.insert(target, m);
+        }
         self.reregister();
         reply_ok()
     }
@@ -388,6 +427,7 @@ impl Worker {
         let claim = match claim {
             Ok(c) => c,
             Err(e) => {
+                self.inner.metrics.db_error(false);
                 let mut st = self.inner.state.lock().unwrap();
                 for id in &ids {
                     st.waiters.remove(id);
@@ -395,6 +435,7 @@ impl Worker {
                 return Err(format!("database error: {e}"));
             }
         };
+        count_created(&self.inner.metrics, claim.accepted.len());
         let mut errors: BTreeMap<u64, String> = claim.errors;
         let mut orphans = Vec::new();
         {
@@ -413,7 +454,9 @@ impl Worker {
             }
         }
         if !orphans.is_empty() {
-            let _ = self.inner.store.release(&orphans, "manual").await;
+            if self.inner.store.release(&orphans, "manual").await.is_err() {
+                self.inner.metrics.db_error(false);
+            }
         }
         self.start_ready();
         let mut jobs = BTreeMap::new();
@@ -505,6 +548,7 @@ impl Worker {
             st.polling = false;
             match result {
                 Ok(rows) => {
+                    count_created(&self.inner.metrics, rows.len());
                     st.retry_pause = Duration::from_millis(200);
                     for (t, limit) in &wants {
                         let got = rows.iter().filter(|r| &r.target == t).count() as u64;
@@ -525,6 +569,7 @@ impl Worker {
                     }
                 }
                 Err(e) => {
+                    self.inner.metrics.db_error(true);
                     tracing::warn!(error = %e, "jobd: fetching jobs failed; will retry");
                     for (t, _) in &wants {
                         st.pending.insert(t.clone());
@@ -549,6 +594,7 @@ impl Worker {
                 }
             }
             if let Err(e) = released {
+                self.inner.metrics.db_error(false);
                 tracing::error!(error = %e, "jobd: could not hand back fetched rows; the next start reclaims them");
             }
         }
@@ -594,6 +640,7 @@ impl Worker {
             match self.inner.store.mark_running(id).await {
                 Ok(m) => break Some(m),
                 Err(e) => {
+                    self.inner.metrics.db_error(true);
                     tracing::warn!(id, error = %e, "jobd: marking a job running failed; retrying");
                     if self.inner.shutting_down.load(Ordering::SeqCst) {
                         break None;
@@ -603,13 +650,26 @@ impl Worker {
                 }
             }
         };
+        let figures = self
+            .inner
+            .state
+            .lock()
+            .unwrap()
+            .target_metrics
+            .get(&start.target)
+            .cloned();
         let outcome = match marked {
             Some(true) => match launcher::start(&self.inner.spec, id) {
                 Err(msg) => {
                     tracing::error!(id, "jobd: {msg}");
+                    self.inner.metrics.worker.inc(metrics::SPAWN_FAILURES);
                     Ok(Outcome::spawn_failed(msg))
                 }
                 Ok(running) => {
+                    if let Some(f) = &figures {
+                        f.inc(metrics::LAUNCHED);
+                        f.inc(metrics::RUNNING);
+                    }
                     {
                         let mut st = self.inner.state.lock().unwrap();
                         st.running.insert(id, running.pgid);
@@ -618,6 +678,9 @@ impl Worker {
                     }
                     let o = running.wait().await;
                     self.inner.state.lock().unwrap().running.remove(&id);
+                    if let Some(f) = &figures {
+                        f.dec(metrics::RUNNING);
+                    }
                     Ok(o)
                 }
             },
@@ -632,8 +695,28 @@ impl Worker {
             .finished(&start, outcome.as_ref().ok());
         self.start_ready();
         self.kick();
+        let outcome = match outcome {
+            Ok(o) => self
+                .inner
+                .writer
+                .write(id, o)
+                .await
+                .ok_or_else(|| "worker is shutting down".to_string()),
+            Err(e) => Err(e),
+        };
         if let Ok(o) = &outcome {
-            self.inner.store.finish(id, o).await;
+            let p = &self.inner.metrics.protocol;
+            if let Some(f) = &figures {
+                f.inc(metrics::FINISHED);
+                if !o.ok() {
+                    f.inc(metrics::FAILED);
+                }
+            }
+            ProtocolMetrics::inc(if o.ok() {
+                &p.jobs_completed
+            } else {
+                &p.jobs_failed
+            });
         }
         let waiter = self.inner.state.lock().unwrap().waiters.remove(&id);
         if let Some(tx) = waiter {
@@ -666,6 +749,7 @@ impl Worker {
         };
         for (ids, to) in [(queued, "waiting"), (manual, "manual")] {
             if let Err(e) = self.inner.store.release(&ids, to).await {
+                self.inner.metrics.db_error(false);
                 tracing::error!(error = %e, "jobd: could not hand back queued rows; the next start reclaims them");
             }
         }
@@ -718,15 +802,44 @@ impl Worker {
         }
     }
 
+    /// A place for one connection: from the server's gate when there is one (`None`:
+    /// refused, counted and logged), and counted in the protocol's connection figures
+    /// until it is dropped.
+    fn admit(&self, gate: Option<&Gate>, who: &str) -> Option<Place> {
+        let p = &self.inner.metrics.protocol;
+        let slot = match gate {
+            Some(g) => match g.try_enter(who) {
+                Some(s) => Some(s),
+                None => {
+                    // The gate logs it (at most once a second).
+                    ProtocolMetrics::inc(&p.refused);
+                    return None;
+                }
+            },
+            None => None,
+        };
+        ProtocolMetrics::inc(&p.connections);
+        ProtocolMetrics::inc(&p.connections_total);
+        Some(Place {
+            _slot: slot,
+            metrics: p.clone(),
+        })
+    }
+
     async fn master_loop(
         &self,
         host: String,
         port: u16,
         password: Option<String>,
         pause: Duration,
+        gate: Option<Gate>,
     ) {
         let handler: Arc<dyn Handler> = Arc::new(self.clone());
         loop {
+            let Some(place) = self.admit(gate.as_ref(), "the connection to the master") else {
+                tokio::time::sleep(pause).await;
+                continue;
+            };
             match TcpStream::connect((host.as_str(), port)).await {
                 Ok(stream) => {
                     let link = Link::spawn(
@@ -737,6 +850,9 @@ impl Worker {
                         password.clone(),
                     );
                     *self.inner.master.lock().unwrap() = Some(link.clone());
+                    let w = &self.inner.metrics.worker;
+                    w.set(metrics::MASTER_CONNECTED, 1);
+                    w.inc(metrics::MASTER_CONNECTIONS);
                     match link
                         .request("register-worker", self.registration(), None)
                         .await
@@ -748,10 +864,12 @@ impl Worker {
                     }
                     link.closed().await;
                     *self.inner.master.lock().unwrap() = None;
+                    self.inner.metrics.worker.set(metrics::MASTER_CONNECTED, 0);
                     tracing::warn!("jobd: connection to the master lost");
                 }
                 Err(e) => tracing::warn!(error = %e, "jobd: cannot reach the master"),
             }
+            drop(place);
             tokio::time::sleep(pause).await;
         }
     }
@@ -762,6 +880,26 @@ impl Handler for Worker {
         let w = self.clone();
         Box::pin(async move { w.dispatch(&kind, data).await })
     }
+}
+
+/// One open connection's place: a slot of the server's gate (inside `jobyard serve`) and
+/// one in the `jobd` connections gauge, both given back when dropped.
+struct Place {
+    _slot: Option<Slot>,
+    metrics: Arc<ProtocolMetrics>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        ProtocolMetrics::dec(&self.metrics.connections);
+    }
+}
+
+/// Counts rows taken (the protocol's `jobs_created`).
+fn count_created(m: &JobdMetrics, n: usize) {
+    m.protocol
+        .jobs_created
+        .fetch_add(n as u64, Ordering::Relaxed);
 }
 
 fn manual_ids(data: &Value) -> Result<Vec<u64>, String> {

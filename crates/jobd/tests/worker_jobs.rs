@@ -626,3 +626,55 @@ async fn database_that_goes_away_and_comes_back() {
     db.wait_status(later, "done").await;
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn jobs_ending_together_are_all_written_even_when_one_row_rejects_its_output() {
+    // The final UPDATEs of jobs that end together go in one transaction; a row the column
+    // rejects (4-byte output in a 3-byte utf8 table) fails that transaction, and every row
+    // must still be written, the others unchanged, that one sanitised.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 4\n", ""))
+        .await
+        .unwrap();
+    let ids: Vec<u64> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(db.insert("t1", "waiting").await);
+        }
+        v
+    };
+    let go = jobs.path("go");
+    for (i, id) in ids.iter().enumerate() {
+        let out = if i == 2 {
+            "printf 'x \\360\\237\\230\\200'".to_string()
+        } else {
+            format!("printf 'job {id}'")
+        };
+        jobs.script(
+            *id,
+            &format!(
+                "touch {}-{id}\nwhile [ ! -f {} ]; do sleep 0.01; done\n{out}\n",
+                jobs.path("started").display(),
+                go.display()
+            ),
+        );
+    }
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    for id in &ids {
+        jobs.wait_file(&format!("started-{id}")).await;
+    }
+    std::fs::write(&go, b"").unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let r = db.wait_status(*id, "done").await;
+        assert_eq!(r.result.as_deref(), Some("ok"), "row {id}");
+        let want = if i == 2 {
+            "x \u{FFFD}".to_string()
+        } else {
+            format!("job {id}")
+        };
+        assert_eq!(r.stdout.as_deref(), Some(want.as_str()), "row {id}");
+    }
+    w.shutdown().await;
+}

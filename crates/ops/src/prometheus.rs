@@ -15,7 +15,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use jobyard_broker::Broker;
+use jobyard_broker::{Broker, FigureKind};
 use jobyard_engine::Millis;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -161,6 +161,21 @@ fn record_protocols(broker: &Broker) {
         for (command, n) in p.commands() {
             counter!("jobyard_commands_total", "protocol" => name, "command" => command)
                 .absolute(n);
+        }
+    }
+    for family in broker.metrics().families() {
+        let label = family.label;
+        for (value, row) in family.rows() {
+            for (i, (metric, kind)) in family.figures.iter().enumerate() {
+                match kind {
+                    FigureKind::Counter => {
+                        counter!(*metric, label => value.clone()).absolute(row.get(i).max(0) as u64)
+                    }
+                    FigureKind::Gauge => {
+                        gauge!(*metric, label => value.clone()).set(row.get(i) as f64)
+                    }
+                }
+            }
         }
     }
     let c = &broker.metrics().compaction;
