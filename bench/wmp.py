@@ -303,7 +303,8 @@ def main() -> int:
                     help="skip the Gearman client -> WMP worker round trip workload")
     args = ap.parse_args()
     print(f"binary: {args.binary}; {args.duration:g} s per workload; body {len(BODY)} B; "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| workers | bare round trips/s | echo CPU µs/rt | WMP jobs/s | manager CPU µs/job "
           "| jobs/s ÷ round trips/s |")
     print("|---|---|---|---|---|---|")
@@ -314,6 +315,7 @@ def main() -> int:
               f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
               flush=True)
     if args.no_gearman:
+        print_load_after()
         return 0
     print()
     print(f"Gearman client -> WMP worker -> result: {args.clients} foreground clients "
@@ -322,6 +324,7 @@ def main() -> int:
     print()
     if not os.access(args.bench_binary, os.X_OK):
         print(f"Skipped: {args.bench_binary} is missing (cargo build --release -p jobyard-bench).")
+        print_load_after()
         return 0
     print("| workers | served by | jobs/s | latency p50 ms | latency p99 ms | server CPU µs/job |")
     print("|---|---|---|---|---|---|")
@@ -331,7 +334,14 @@ def main() -> int:
                                   args.duration, wmp)
             print(f"| {n} | {label} | {r['per_s']:,.0f} | {r['p50_ms']:.2f} | "
                   f"{r['p99_ms']:.2f} | {r['cpu_us']:.1f} |", flush=True)
+    print_load_after()
     return 0
+
+
+def print_load_after() -> None:
+    print()
+    print(f"Load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"(above ~0.5 the machine was shared: compare CPU per job and ratios, not rates).")
 
 
 if __name__ == "__main__":

@@ -372,9 +372,28 @@ def test_bad_frames_are_dropped_and_counted_never_a_crash(manager, ctx):
 
 
 def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx):
-    """Decision 1: the worker was woken for a job someone else took, its GIVE got NO, and
-    a new job arrives within wake_interval. It must be woken once the interval ends, without
-    sending READY again."""
+    """Decision 1: the worker was woken for a job someone else took and has not answered
+    (busy, or the WAKE was lost), and a new job arrives within wake_interval. It must be
+    woken once the interval ends, without sending READY again."""
+    srv = manager()
+    w = Dealer(ctx, srv.wmp)
+    w.send("READY", headers(roles="resize"))
+    w.quiet(0.3)
+    bs = beanstalk(srv)
+    bs.put(b"first")
+    assert w.recv().command == "WAKE"
+    bs.reserve(timeout=5)  # a beanstalkd worker is faster
+    job = bs.put(b"second")
+    wake = w.recv(timeout=10)
+    assert wake.command == "WAKE" and wake.headers["queue"] == "resize"
+    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
+    take = w.recv()
+    assert take.command == "TAKE" and take.headers["job"] == str(job)
+
+
+def test_a_worker_whose_give_got_no_is_woken_again_by_the_next_job(manager, ctx):
+    """Decision 14: a GIVE answered with NO restarts the path's wake throttle, so the
+    worker's READY after the NO stays remembered and the next job wakes it."""
     srv = manager()
     w = Dealer(ctx, srv.wmp)
     w.send("READY", headers(roles="resize"))
@@ -385,6 +404,7 @@ def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx
     bs.reserve(timeout=5)  # a beanstalkd worker is faster
     w.send("GIVE", headers(lock="1", roles="resize", queue="resize"))
     assert w.recv().command == "NO"
+    w.send("READY", headers(roles="resize"))  # worker rule 1: a slot became free
     job = bs.put(b"second")
     wake = w.recv(timeout=10)
     assert wake.command == "WAKE" and wake.headers["queue"] == "resize"

@@ -141,6 +141,7 @@ impl Manager {
                 lock: give.lock,
                 manager: Some(self.name.clone()),
             };
+            self.registry.answered(&path);
             self.send(path, Command::No(no), OutKind::No);
             counters::count(&self.metrics, Counter::No);
             return;
