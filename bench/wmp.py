@@ -63,6 +63,38 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_stats(pid: int) -> dict:
+    """Per thread of `pid`: (name, voluntary switches, involuntary switches, CPU seconds)."""
+    stats = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kv = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        stats[task.name] = (name, int(kv["voluntary_ctxt_switches"]),
+                            int(kv["nonvoluntary_ctxt_switches"]),
+                            (int(fields[11]) + int(fields[12])) / TICK)
+    return stats
+
+
+def thread_report(before: dict, after: dict, jobs: int) -> str:
+    """Per-job switches and CPU of each busy thread between two `thread_stats`."""
+    rows = []
+    for tid, (name, vol, invol, cpu) in sorted(after.items()):
+        if tid not in before:
+            continue
+        _, vol0, invol0, cpu0 = before[tid]
+        if cpu - cpu0 < 0.02:
+            continue
+        rows.append(f"{name}[{tid}]: {(vol - vol0) / jobs:.2f} vol + "
+                    f"{(invol - invol0) / jobs:.2f} invol switches, "
+                    f"{(cpu - cpu0) * 1e6 / jobs:.1f} µs CPU per job")
+    return "; ".join(rows)
+
+
 def parse_headers(frame: bytes) -> dict:
     return dict(line.split(b"=", 1) for line in frame.split(b"\n") if line)
 
@@ -236,14 +268,17 @@ def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
         procs, out = start_workers(server.endpoint, workers, start, start + duration)
         time.sleep(max(0.0, start - time.time()))
         cpu0 = cpu_seconds(server.pid)
+        threads0 = thread_stats(server.pid)
         total = sum(out.get(timeout=duration + 60) for _ in procs)
         cpu = cpu_seconds(server.pid) - cpu0
+        threads = thread_report(threads0, thread_stats(server.pid), max(total, 1))
         for p in procs:
             p.join()
         if total >= jobs:
             print(f"  note: all {jobs} jobs were done before the end; raise --jobs",
                   file=sys.stderr)
-        return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total}
+        return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total,
+                "threads": threads}
     finally:
         server.stop()
 
@@ -299,6 +334,9 @@ def main() -> int:
                     help="jobyard-bench, the Gearman clients of the round trip workload")
     ap.add_argument("--clients", type=int, default=8,
                     help="Gearman foreground clients of the round trip workload")
+    ap.add_argument("--threads", action="store_true",
+                    help="after the first table, the server's busy threads per job (context "
+                         "switches and CPU from /proc) in each WMP run")
     ap.add_argument("--no-gearman", action="store_true",
                     help="skip the Gearman client -> WMP worker round trip workload")
     args = ap.parse_args()
@@ -308,12 +346,19 @@ def main() -> int:
     print("| workers | bare round trips/s | echo CPU µs/rt | WMP jobs/s | manager CPU µs/job "
           "| jobs/s ÷ round trips/s |")
     print("|---|---|---|---|---|---|")
+    threads = []
     for n in [int(x) for x in args.workers.split(",")]:
         bare = run_bare(n, args.duration)
         wmp = run_wmp(args.binary, n, args.duration, args.jobs)
         print(f"| {n} | {bare['per_s']:,.0f} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
               f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
               flush=True)
+        threads.append(f"- {n} workers: {wmp['threads']}")
+    if args.threads:
+        print()
+        print("Server threads per WMP job (libzmq's I/O thread has the server's own name):")
+        print()
+        print("\n".join(threads))
     if args.no_gearman:
         print_load_after()
         return 0
