@@ -12,7 +12,9 @@ Two workloads per worker count N, both with N pyzmq DEALER processes on loopback
   one ZeroMQ round trip on this machine with this library.
 * wmp: `jobyard serve --wmp-listen` with jobs put through beanstalkd beforehand, each
   DEALER a worker following docs/wmp.md: READY, WAKE, GIVE, TAKE, DONE (then READY again).
-  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling.
+  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling
+  when the workers are the bottleneck; with one worker the Python echo server itself is
+  slower than jobyard's manager and the ratio can pass 0.5.
 
 Reported: jobs/s, round trips/s, their ratio, and the server's CPU per job / per round trip
 (user+system time of the manager or echo process from /proc).
@@ -353,7 +355,7 @@ def main() -> int:
         print(f"| {n} | {bare['per_s']:,.0f} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
               f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
               flush=True)
-        threads.append(f"- {n} workers: {wmp['threads']}")
+        threads.append(f"- {n} worker{'s' if n != 1 else ''}: {wmp['threads']}")
     if args.threads:
         print()
         print("Server threads per WMP job (libzmq's I/O thread has the server's own name):")
