@@ -7,7 +7,8 @@
 # Options: --rounds N, --duration S, --only beanstalk|gearman, --no-memory, --no-build,
 #          --jobs N (memory/restart job count, default 1000000), --out DIR (default bench/results),
 #          --no-jobd (skip the jobd section: bench/jobd.sh, about a minute, once, not in rounds),
-#          --no-wmp (skip the 14/WMP section: bench/wmp.py against a bare ZeroMQ loop, ~30 s),
+#          --no-wmp (skip the 14/WMP section: bench/wmp.py against a bare ZeroMQ loop, and
+#          Gearman clients served by WMP workers, ~1 min),
 #          --no-flows (skip the flows section: bench/flows/run.sh, Rust and Node clients, ~1 min).
 #
 # Installs the peers if missing, builds jobyard and jobyard-bench (release), then for each
@@ -187,11 +188,12 @@ if [ "$JOBD" = 1 ] && [ -z "$ONLY" ]; then
   fi
 fi
 
-# 14/WMP: jobyard as the manager against a bare ZeroMQ ROUTER<->DEALER loop, one run.
+# 14/WMP: jobyard as the manager against a bare ZeroMQ ROUTER<->DEALER loop, then the round
+# trip Gearman client -> WMP worker -> result (jobyard-bench's Gearman clients), one run.
 WMPMD=""
 if [ "$WMP" = 1 ] && [ -z "$ONLY" ]; then
   WMPMD="$TMP/wmp.md"
-  if ! python3 "$ROOT/bench/wmp.py" --binary "$ROOT/target/release/jobyard" \
+  if ! python3 "$ROOT/bench/wmp.py" --binary "$ROOT/target/release/jobyard" --bench-binary "$JB" \
       --duration "$([ "$QUICK" = 1 ] && echo 2 || echo 5)" >"$WMPMD"; then
     echo "The WMP workload failed (see the log above)." >"$WMPMD"
   fi
@@ -239,7 +241,7 @@ ELAPSED=$(($(date +%s) - START_S))
   fi
   if [ -n "$WMPMD" ]; then
     echo
-    echo "## 14/WMP (separate: jobyard as the manager against a bare ZeroMQ loop, one run)"
+    echo "## 14/WMP (separate: jobyard as the manager against a bare ZeroMQ loop, and Gearman clients served by WMP workers, one run)"
     echo
     cat "$WMPMD"
   fi

@@ -3,6 +3,7 @@
 
     python3 bench/wmp.py                       # workers 1 and 8, 3 s each
     python3 bench/wmp.py --workers 8 --duration 5 --binary target/release/jobyard
+    python3 bench/wmp.py --no-gearman          # only the two workloads below
 
 Two workloads per worker count N, both with N pyzmq DEALER processes on loopback:
 
@@ -11,17 +12,29 @@ Two workloads per worker count N, both with N pyzmq DEALER processes on loopback
   one ZeroMQ round trip on this machine with this library.
 * wmp: `jobyard serve --wmp-listen` with jobs put through beanstalkd beforehand, each
   DEALER a worker following docs/wmp.md: READY, WAKE, GIVE, TAKE, DONE (then READY again).
-  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling.
+  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling
+  when the workers are the bottleneck; with one worker the Python echo server itself is
+  slower than jobyard's manager and the ratio can pass 0.5.
 
 Reported: jobs/s, round trips/s, their ratio, and the server's CPU per job / per round trip
-(user+system time of the manager or echo process from /proc). Use a release build for
-figures worth quoting (the script says which binary it ran); keep runs short on a shared
-machine. Needs pyzmq (scripts/setup.sh installs it).
+(user+system time of the manager or echo process from /proc).
+
+Then a second table, the round trip Gearman client -> WMP worker -> result: `jobyard-bench
+gearman roundtrip` (the Rust load generator of bench/compare.sh's Gearman rows) runs C
+foreground clients (SUBMIT_JOB, wait for WORK_COMPLETE, back to back) against `jobyard serve`
+with both listeners, and N pyzmq WMP workers serve the function as a role. Reported: jobs/s,
+the client's submit -> WORK_COMPLETE latency p50/p99, and the server's CPU per job; a
+reference row runs the same clients against N Gearman workers of jobyard-bench instead.
+Skipped (with a note) when the jobyard-bench binary is missing.
+
+Use a release build for figures worth quoting (the script says which binary it ran); keep
+runs short on a shared machine. Needs pyzmq (scripts/setup.sh installs it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -50,6 +63,38 @@ def free_port() -> int:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def thread_stats(pid: int) -> dict:
+    """Per thread of `pid`: (name, voluntary switches, involuntary switches, CPU seconds)."""
+    stats = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kv = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        stats[task.name] = (name, int(kv["voluntary_ctxt_switches"]),
+                            int(kv["nonvoluntary_ctxt_switches"]),
+                            (int(fields[11]) + int(fields[12])) / TICK)
+    return stats
+
+
+def thread_report(before: dict, after: dict, jobs: int) -> str:
+    """Per-job switches and CPU of each busy thread between two `thread_stats`."""
+    rows = []
+    for tid, (name, vol, invol, cpu) in sorted(after.items()):
+        if tid not in before:
+            continue
+        _, vol0, invol0, cpu0 = before[tid]
+        if cpu - cpu0 < 0.02:
+            continue
+        rows.append(f"{name}[{tid}]: {(vol - vol0) / jobs:.2f} vol + "
+                    f"{(invol - invol0) / jobs:.2f} invol switches, "
+                    f"{(cpu - cpu0) * 1e6 / jobs:.1f} µs CPU per job")
+    return "; ".join(rows)
 
 
 def parse_headers(frame: bytes) -> dict:
@@ -166,52 +211,116 @@ def put_jobs(port: int, count: int) -> None:
                 assert line.startswith(b"INSERTED"), line
 
 
-def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
-    data = tempfile.mkdtemp(prefix="jobyard-wmp-bench-")
-    bport = free_port()
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    server = subprocess.Popen(
-        [binary, "serve", "--data-dir", data, "--fsync", "never",
-         "--beanstalk-listen", f"127.0.0.1:{bport}", "--gearman-listen", "off",
-         "--http-listen", "off", "--wmp-listen", endpoint, "--wmp-name", "bench"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
+class Server:
+    """`jobyard serve` on free loopback ports with the WMP manager, beanstalkd and Gearman
+    listeners, fsync never, in a temp data dir removed at the end."""
+
+    def __init__(self, binary: str):
+        self.data = tempfile.mkdtemp(prefix="jobyard-wmp-bench-")
+        self.bport = free_port()
+        self.gport = free_port()
+        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--data-dir", self.data, "--fsync", "never",
+             "--beanstalk-listen", f"127.0.0.1:{self.bport}",
+             "--gearman-listen", f"127.0.0.1:{self.gport}",
+             "--http-listen", "off", "--wmp-listen", self.endpoint, "--wmp-name", "bench"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", bport), 1).close()
+                socket.create_connection(("127.0.0.1", self.bport), 1).close()
                 break
             except OSError:
-                if time.time() > deadline or server.poll() is not None:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    self.stop()
                     raise RuntimeError("jobyard did not start")
                 time.sleep(0.05)
-        put_jobs(bport, jobs)
-        out = mp.Queue()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def start_workers(endpoint: str, workers: int, start: float, stop: float):
+    out = mp.Queue()
+    procs = [
+        mp.Process(target=wmp_worker, args=(endpoint, start, stop, out))
+        for _ in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    return procs, out
+
+
+def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
+    server = Server(binary)
+    try:
+        put_jobs(server.bport, jobs)
         start = time.time() + 0.5
-        procs = [
-            mp.Process(target=wmp_worker, args=(endpoint, start, start + duration, out))
-            for _ in range(workers)
-        ]
-        for p in procs:
-            p.start()
+        procs, out = start_workers(server.endpoint, workers, start, start + duration)
         time.sleep(max(0.0, start - time.time()))
         cpu0 = cpu_seconds(server.pid)
+        threads0 = thread_stats(server.pid)
         total = sum(out.get(timeout=duration + 60) for _ in procs)
         cpu = cpu_seconds(server.pid) - cpu0
+        threads = thread_report(threads0, thread_stats(server.pid), max(total, 1))
         for p in procs:
             p.join()
         if total >= jobs:
             print(f"  note: all {jobs} jobs were done before the end; raise --jobs",
                   file=sys.stderr)
-        return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total}
+        return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total,
+                "threads": threads}
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(data, ignore_errors=True)
+        server.stop()
+
+
+# -- Gearman client -> WMP worker -> result -------------------------------------------------
+
+
+def gearman_roundtrip(bench: str, binary: str, workers: int, clients: int, duration: float,
+                      wmp: bool) -> dict:
+    """Foreground Gearman clients of jobyard-bench; the function served by `workers` pyzmq
+    WMP workers (wmp) or by as many Gearman workers of jobyard-bench (the reference)."""
+    server = Server(binary)
+    procs = []
+    try:
+        if wmp:
+            # The workers outlive the clients; they are stopped below.
+            start = time.time() + 0.2
+            procs, _ = start_workers(server.endpoint, workers, start, start + duration + 60)
+            time.sleep(1.0)  # connected and READY before the first submit
+        cmd = [bench, "gearman", "roundtrip", "--addr", f"127.0.0.1:{server.gport}",
+               "--conns", str(clients), "--workers", "0" if wmp else str(workers),
+               "--size", str(len(BODY)), "--duration", str(duration),
+               "--server-pid", str(server.pid), "--json"]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 120)
+        line = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+        if res.returncode != 0 or not line.startswith("{"):
+            raise RuntimeError(f"jobyard-bench failed: {res.stderr.strip()[-500:]}")
+        r = json.loads(line)
+        if r.get("errors") or r.get("conn_errors"):
+            print(f"  note: jobyard-bench reported errors: {r.get('first_error')}",
+                  file=sys.stderr)
+        return {"per_s": r["jobs_per_s"], "p50_ms": r["lat_p50_us"] / 1000,
+                "p99_ms": r["lat_p99_us"] / 1000, "cpu_us": r["server_cpu_us_per_job"],
+                "count": r["jobs"]}
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(10)
+        server.stop()
 
 
 def main() -> int:
@@ -223,19 +332,63 @@ def main() -> int:
     ap.add_argument("--workers", default="1,8", help="comma-separated worker counts")
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per workload")
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs put before each wmp run")
+    ap.add_argument("--bench-binary", default=str(Path(default_bin).with_name("jobyard-bench")),
+                    help="jobyard-bench, the Gearman clients of the round trip workload")
+    ap.add_argument("--clients", type=int, default=8,
+                    help="Gearman foreground clients of the round trip workload")
+    ap.add_argument("--threads", action="store_true",
+                    help="after the first table, the server's busy threads per job (context "
+                         "switches and CPU from /proc) in each WMP run")
+    ap.add_argument("--no-gearman", action="store_true",
+                    help="skip the Gearman client -> WMP worker round trip workload")
     args = ap.parse_args()
     print(f"binary: {args.binary}; {args.duration:g} s per workload; body {len(BODY)} B; "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| workers | bare round trips/s | echo CPU µs/rt | WMP jobs/s | manager CPU µs/job "
           "| jobs/s ÷ round trips/s |")
     print("|---|---|---|---|---|---|")
+    threads = []
     for n in [int(x) for x in args.workers.split(",")]:
         bare = run_bare(n, args.duration)
         wmp = run_wmp(args.binary, n, args.duration, args.jobs)
         print(f"| {n} | {bare['per_s']:,.0f} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
               f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
               flush=True)
+        threads.append(f"- {n} worker{'s' if n != 1 else ''}: {wmp['threads']}")
+    if args.threads:
+        print()
+        print("Server threads per WMP job (libzmq's I/O thread has the server's own name):")
+        print()
+        print("\n".join(threads))
+    if args.no_gearman:
+        print_load_after()
+        return 0
+    print()
+    print(f"Gearman client -> WMP worker -> result: {args.clients} foreground clients "
+          f"(jobyard-bench gearman roundtrip), N pyzmq WMP workers; the reference row has "
+          f"N Gearman workers (jobyard-bench) instead.")
+    print()
+    if not os.access(args.bench_binary, os.X_OK):
+        print(f"Skipped: {args.bench_binary} is missing (cargo build --release -p jobyard-bench).")
+        print_load_after()
+        return 0
+    print("| workers | served by | jobs/s | latency p50 ms | latency p99 ms | server CPU µs/job |")
+    print("|---|---|---|---|---|---|")
+    for n in [int(x) for x in args.workers.split(",")]:
+        for wmp, label in ((True, "WMP (pyzmq)"), (False, "Gearman (reference)")):
+            r = gearman_roundtrip(args.bench_binary, args.binary, n, args.clients,
+                                  args.duration, wmp)
+            print(f"| {n} | {label} | {r['per_s']:,.0f} | {r['p50_ms']:.2f} | "
+                  f"{r['p99_ms']:.2f} | {r['cpu_us']:.1f} |", flush=True)
+    print_load_after()
     return 0
+
+
+def print_load_after() -> None:
+    print()
+    print(f"Load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"(above ~0.5 the machine was shared: compare CPU per job and ratios, not rates).")
 
 
 if __name__ == "__main__":

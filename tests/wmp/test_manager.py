@@ -72,6 +72,7 @@ def test_greenstalk_job_is_served_to_a_pyzmq_worker_and_deleted_on_ok(manager, c
     assert take.headers["queue"] == "resize"
     assert take.headers["timeout"] == "7000", "the lease is the job's TTR (decision 3)"
     assert take.headers["priority"] == "5"
+    assert "handle" not in take.headers, "no Gearman listener, no Gearman handle"
     assert take.payload == b"picture"
     assert bs.stats_job(job)["state"] == "reserved"
     w.done(take, payload=b"thumbnail")
@@ -201,6 +202,54 @@ def test_gearman_foreground_client_gets_the_result_of_a_wmp_worker(manager, proc
     wait_for(upper_empty, "the background job to be done")
 
 
+def test_a_take_carries_the_gearman_handle_its_client_was_given(manager, ctx):
+    import threading
+
+    from gearman_py3 import gearman
+
+    gport = jobyard_free_port()
+    srv = manager("--gearman-listen", f"127.0.0.1:{gport}")
+    client = gearman.GearmanClient([f"127.0.0.1:{gport}"])
+    bg = client.submit_job("resize", "in the background", background=True,
+                           wait_until_complete=False, poll_timeout=60)
+    handle = bg.job.handle
+    handle = handle.decode() if isinstance(handle, bytes) else handle
+    assert handle.startswith("H:"), handle
+    w = Dealer(ctx, srv.wmp)
+    take = w.take_one("resize", lock="1")
+    assert take.command == "TAKE", take
+    assert take.headers["handle"] == handle
+    assert handle.endswith(":" + take.headers["job"]), "the handle names the engine's job id"
+    w.done(take)
+
+    # A foreground client: the handle its JOB_CREATED named is the one the worker sees.
+    created = {}
+
+    def submit():
+        fg_client = gearman.GearmanClient([f"127.0.0.1:{gport}"])
+        req = fg_client.submit_job("resize", "waited for", poll_timeout=60)
+        created["handle"] = req.job.handle
+        created["result"] = req.result
+
+    t = threading.Thread(target=submit)
+    t.start()
+    take = w.take_one("resize", lock="2")
+    assert take.command == "TAKE", take
+    w.done(take, payload=b"the result")
+    t.join(30)
+    fg = created["handle"]
+    assert take.headers["handle"] == (fg.decode() if isinstance(fg, bytes) else fg)
+    assert created["result"] in (b"the result", "the result")
+
+    # A beanstalkd job of the same server has a handle too: Gearman GET_STATUS names it.
+    job = beanstalk(srv).put(b"via beanstalkd")
+    take = w.take_one("resize", lock="3")
+    assert take.headers["job"] == str(job)
+    assert take.headers["handle"] == f"{handle.rsplit(':', 1)[0]}:{job}"
+    w.done(take)
+    w.close()
+
+
 def test_the_project_worker_on_two_managers_serves_both(manager, procs, jobyard_bin):
     a, b = manager(name="ma"), manager(name="mb")
     procs([jobyard_bin, "wmp-worker", "--connect", a.wmp, "--connect", b.wmp,
@@ -323,9 +372,28 @@ def test_bad_frames_are_dropped_and_counted_never_a_crash(manager, ctx):
 
 
 def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx):
-    """Decision 1: the worker was woken for a job someone else took, its GIVE got NO, and
-    a new job arrives within wake_interval. It must be woken once the interval ends, without
-    sending READY again."""
+    """Decision 1: the worker was woken for a job someone else took and has not answered
+    (busy, or the WAKE was lost), and a new job arrives within wake_interval. It must be
+    woken once the interval ends, without sending READY again."""
+    srv = manager()
+    w = Dealer(ctx, srv.wmp)
+    w.send("READY", headers(roles="resize"))
+    w.quiet(0.3)
+    bs = beanstalk(srv)
+    bs.put(b"first")
+    assert w.recv().command == "WAKE"
+    bs.reserve(timeout=5)  # a beanstalkd worker is faster
+    job = bs.put(b"second")
+    wake = w.recv(timeout=10)
+    assert wake.command == "WAKE" and wake.headers["queue"] == "resize"
+    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
+    take = w.recv()
+    assert take.command == "TAKE" and take.headers["job"] == str(job)
+
+
+def test_a_worker_whose_give_got_no_is_woken_again_by_the_next_job(manager, ctx):
+    """Decision 14: a GIVE answered with NO restarts the path's wake throttle, so the
+    worker's READY after the NO stays remembered and the next job wakes it."""
     srv = manager()
     w = Dealer(ctx, srv.wmp)
     w.send("READY", headers(roles="resize"))
@@ -336,6 +404,7 @@ def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx
     bs.reserve(timeout=5)  # a beanstalkd worker is faster
     w.send("GIVE", headers(lock="1", roles="resize", queue="resize"))
     assert w.recv().command == "NO"
+    w.send("READY", headers(roles="resize"))  # worker rule 1: a slot became free
     job = bs.put(b"second")
     wake = w.recv(timeout=10)
     assert wake.command == "WAKE" and wake.headers["queue"] == "resize"

@@ -192,6 +192,10 @@ async fn front_ends(
         let config = jobyard_wmp::manager::ManagerConfig {
             name: wmp.name.clone(),
             max_payload: settings.max_job_size as usize,
+            gearman_handle_prefix: settings
+                .gearman_listen
+                .as_ref()
+                .map(|_| settings.gearman.handle_prefix.clone()),
             ..Default::default()
         };
         let wmp = jobyard_wmp::manager::WmpFrontEnd::bind(broker.clone(), endpoint, config)

@@ -1,5 +1,8 @@
-//! ZeroMQ plumbing shared by the device and the worker: libzmq sockets (through the `zmq`
-//! crate) driven from tokio without threads of their own.
+//! ZeroMQ plumbing shared by the manager, the device and the worker: libzmq sockets
+//! (through the `zmq` crate), driven from tokio without threads of their own
+//! ([`AsyncSocket`], the device and the worker), or configured here and polled by a thread
+//! of their own ([`bind_router`], [`recv_now`], [`send_now`]: the manager, see
+//! `manager/event_loop.rs` for why).
 //!
 //! Why libzmq and not the pure-Rust `zeromq` crate: `zeromq` 0.4 trusts the frame length a
 //! peer announces and allocates it, so 80 bytes from any TCP client (a ZMTP greeting and a
@@ -82,29 +85,7 @@ impl AsyncSocket {
         kind: zmq::SocketType,
         opts: &SocketOptions,
     ) -> io::Result<AsyncSocket> {
-        let socket = ctx.socket(kind).map_err(io_err)?;
-        let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
-        socket
-            .set_maxmsgsize(opts.max_frame as i64)
-            .map_err(io_err)?;
-        socket.set_linger(ms(opts.linger)).map_err(io_err)?;
-        socket
-            .set_heartbeat_ivl(ms(opts.heartbeat))
-            .map_err(io_err)?;
-        socket
-            .set_heartbeat_timeout(ms(opts.heartbeat * 3))
-            .map_err(io_err)?;
-        socket
-            .set_reconnect_ivl(ms(opts.reconnect.0))
-            .map_err(io_err)?;
-        socket
-            .set_reconnect_ivl_max(ms(opts.reconnect.1))
-            .map_err(io_err)?;
-        if kind == zmq::ROUTER {
-            // Report an unknown peer instead of dropping silently (spec: forget that path).
-            socket.set_router_mandatory(true).map_err(io_err)?;
-        }
-        Self::wrap(socket)
+        Self::wrap(configured_socket(ctx, kind, opts)?)
     }
 
     /// Wraps an already configured socket (e.g. a monitor's PAIR).
@@ -125,11 +106,7 @@ impl AsyncSocket {
 
     /// Receives one whole message if one is waiting.
     pub fn try_recv(&mut self) -> Result<Option<Frames>, zmq::Error> {
-        match self.socket.recv_multipart(zmq::DONTWAIT) {
-            Ok(parts) => Ok(Some(parts.into_iter().map(Bytes::from).collect())),
-            Err(zmq::Error::EAGAIN) => Ok(None),
-            Err(e) => Err(e),
-        }
+        recv_now(&self.socket)
     }
 
     /// Sends one message without waiting: `Ok(false)` when the peer's queue is full
@@ -158,32 +135,18 @@ impl AsyncSocket {
     /// Sends without ever waiting, telling why a message was not queued. On a ROUTER the
     /// first frame is the peer's routing id.
     pub fn send_now(&mut self, frames: &Frames) -> Sent {
-        match self.try_send(frames) {
-            Ok(true) => Sent::Queued,
-            Ok(false) => Sent::Full,
-            Err(zmq::Error::EHOSTUNREACH) => Sent::Unreachable,
-            Err(_) => Sent::Failed,
-        }
+        send_now(&self.socket, frames)
     }
 
-    /// Binds a ROUTER for a manager (or device) at `endpoint` with WMP's options and the
-    /// frame limit that fits `limits`.
+    /// Binds a ROUTER for a device at `endpoint` with WMP's options and the frame limit
+    /// that fits `limits` (see [`bind_router`]).
     pub fn bind_router(
         ctx: &zmq::Context,
         endpoint: &str,
         limits: &crate::Limits,
         opts: &SocketOptions,
     ) -> io::Result<AsyncSocket> {
-        let opts = SocketOptions {
-            max_frame: limits.max_payload.max(limits.max_headers_bytes),
-            ..*opts
-        };
-        let router = AsyncSocket::new(ctx, zmq::ROUTER, &opts)?;
-        router
-            .socket
-            .bind(endpoint)
-            .map_err(|e| io::Error::other(format!("cannot bind {endpoint}: {e}")))?;
-        Ok(router)
+        Self::wrap(bind_router(ctx, endpoint, limits, opts)?)
     }
 
     /// Waits until libzmq signals that its state may have changed. Call only after
@@ -194,6 +157,77 @@ impl AsyncSocket {
             // The descriptor cannot fail while the socket lives; do not spin if it does.
             Err(_) => std::future::pending::<()>().await,
         }
+    }
+}
+
+/// Creates a socket of `kind` in `ctx` with `opts` applied, for a caller that polls it
+/// itself (the manager's thread) or wraps it in an [`AsyncSocket`].
+pub fn configured_socket(
+    ctx: &zmq::Context,
+    kind: zmq::SocketType,
+    opts: &SocketOptions,
+) -> io::Result<zmq::Socket> {
+    let socket = ctx.socket(kind).map_err(io_err)?;
+    let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
+    socket
+        .set_maxmsgsize(opts.max_frame as i64)
+        .map_err(io_err)?;
+    socket.set_linger(ms(opts.linger)).map_err(io_err)?;
+    socket
+        .set_heartbeat_ivl(ms(opts.heartbeat))
+        .map_err(io_err)?;
+    socket
+        .set_heartbeat_timeout(ms(opts.heartbeat * 3))
+        .map_err(io_err)?;
+    socket
+        .set_reconnect_ivl(ms(opts.reconnect.0))
+        .map_err(io_err)?;
+    socket
+        .set_reconnect_ivl_max(ms(opts.reconnect.1))
+        .map_err(io_err)?;
+    if kind == zmq::ROUTER {
+        // Report an unknown peer instead of dropping silently (spec: forget that path).
+        socket.set_router_mandatory(true).map_err(io_err)?;
+    }
+    Ok(socket)
+}
+
+/// Binds a ROUTER for a manager or a device at `endpoint` with WMP's options and the frame
+/// limit that fits `limits`.
+pub fn bind_router(
+    ctx: &zmq::Context,
+    endpoint: &str,
+    limits: &crate::Limits,
+    opts: &SocketOptions,
+) -> io::Result<zmq::Socket> {
+    let opts = SocketOptions {
+        max_frame: limits.max_payload.max(limits.max_headers_bytes),
+        ..*opts
+    };
+    let router = configured_socket(ctx, zmq::ROUTER, &opts)?;
+    router
+        .bind(endpoint)
+        .map_err(|e| io::Error::other(format!("cannot bind {endpoint}: {e}")))?;
+    Ok(router)
+}
+
+/// Receives one whole message from `socket` if one is waiting.
+pub fn recv_now(socket: &zmq::Socket) -> Result<Option<Frames>, zmq::Error> {
+    match socket.recv_multipart(zmq::DONTWAIT) {
+        Ok(parts) => Ok(Some(parts.into_iter().map(Bytes::from).collect())),
+        Err(zmq::Error::EAGAIN) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends one message on `socket` without ever waiting, telling why it was not queued. On
+/// a ROUTER the first frame is the peer's routing id.
+pub fn send_now(socket: &zmq::Socket, frames: &[Bytes]) -> Sent {
+    match socket.send_multipart(frames.iter().map(|f| f.as_ref()), zmq::DONTWAIT) {
+        Ok(()) => Sent::Queued,
+        Err(zmq::Error::EAGAIN) => Sent::Full,
+        Err(zmq::Error::EHOSTUNREACH) => Sent::Unreachable,
+        Err(_) => Sent::Failed,
     }
 }
 

@@ -214,3 +214,24 @@ fn any_queue_only_from_a_remembered_ready_without_roles() {
     assert_eq!(effective_roles(&give(None, Some("q")), None), only(&["q"]));
     assert_eq!(effective_roles(&give(None, None), None), Choice::Nothing);
 }
+
+#[test]
+fn a_worker_whose_give_got_no_may_be_woken_again_at_once() {
+    let now = Instant::now();
+    let mut r = ReadyRegistry::new(cfg());
+    r.on_ready(&path("w1"), &ready(Some(&["q"])), now);
+    assert_eq!(r.wake_candidates("q", 1, now), vec![path("w1")]);
+    // Woken and silent: throttled, the queue owes a wake.
+    assert!(r.wake_candidates("q", 1, now + 10 * MS).is_empty());
+    // Its GIVE got NO (decision 14): the throttle restarts.
+    r.answered(&path("w1"));
+    assert_eq!(r.wake_candidates("q", 1, now + 20 * MS), vec![path("w1")]);
+    r.answered(&path("w1"));
+    assert_eq!(
+        r.on_ready(&path("w1"), &ready(Some(&["q"])), now + 30 * MS),
+        ReadyOutcome::Refreshed { offer: true }
+    );
+    // Unknown paths are ignored.
+    r.answered(&path("nobody"));
+    assert_eq!(r.len(), 1);
+}

@@ -28,6 +28,10 @@ pub struct ManagerConfig {
     pub registry: RegistryConfig,
     /// `fail`s plus lease expiries before a job is buried (decision 5).
     pub failure_limit: u32,
+    /// The Gearman job handle prefix when the server speaks Gearman: every TAKE then
+    /// carries `handle=PREFIX:ID`, the handle Gearman clients know the job by (a foreground
+    /// client was given it in JOB_CREATED), so a worker can correlate. `None`: no `handle`.
+    pub gearman_handle_prefix: Option<String>,
 }
 
 impl Default for ManagerConfig {
@@ -37,6 +41,7 @@ impl Default for ManagerConfig {
             max_payload: Limits::default().max_payload,
             registry: RegistryConfig::default(),
             failure_limit: 3,
+            gearman_handle_prefix: None,
         }
     }
 }
@@ -75,6 +80,8 @@ pub(crate) struct Manager {
     pub(crate) name: String,
     pub(crate) limits: Limits,
     pub(crate) failure_limit: u32,
+    /// See [`ManagerConfig::gearman_handle_prefix`].
+    pub(crate) handle_prefix: Option<String>,
     pub(crate) metrics: Arc<ProtocolMetrics>,
     pub(crate) registry: ReadyRegistry,
     pub(crate) retries: Retries,
@@ -107,6 +114,7 @@ impl Manager {
                 ..Limits::default()
             },
             failure_limit: config.failure_limit.max(1),
+            handle_prefix: config.gearman_handle_prefix.clone(),
             metrics,
             registry: ReadyRegistry::new(config.registry),
             retries: Retries::default(),

@@ -1,29 +1,28 @@
 //! The manager as a front end of `jobyard serve --wmp-listen ENDPOINT`: one ROUTER, one
-//! broker session owning every lease it hands out, one place from the gate, and one task
-//! that reads messages and engine notices, and sends in batches after the log made the
-//! batch's TAKEs durable (so a worker never holds an attempt number a restart could reuse).
+//! broker session owning every lease it hands out, one place from the gate, and one thread
+//! of its own that reads messages and engine notices, and sends in batches after the log
+//! made the batch's TAKEs durable (so a worker never holds an attempt number a restart
+//! could reuse); see `event_loop.rs`.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_net::{FrontEnd, Gate};
 use tokio::task::JoinHandle;
 
-use super::core::{Manager, ManagerConfig, OutKind};
-use super::counters::{self, Counter};
+use super::core::{Manager, ManagerConfig};
+use super::counters;
+use super::event_loop::{self, Bell};
 use crate::limits::Limits;
-use crate::transport::{AsyncSocket, Sent, SocketOptions};
-
-/// Messages handled before the loop sends and looks at its timers again.
-const BATCH: usize = 256;
+use crate::transport::{bind_router, SocketOptions};
 
 /// The WMP manager front end, bound and ready to start.
 pub struct WmpFrontEnd {
     broker: Arc<Broker>,
     config: ManagerConfig,
     ctx: zmq::Context,
-    router: AsyncSocket,
+    router: zmq::Socket,
     endpoint: String,
     name: String,
 }
@@ -31,7 +30,6 @@ pub struct WmpFrontEnd {
 impl WmpFrontEnd {
     /// Binds the ROUTER at `endpoint` (any libzmq endpoint, e.g. `tcp://127.0.0.1:5570`).
     /// Fails when it cannot be bound or the configured name is not a valid manager name.
-    /// Call inside the tokio runtime.
     pub fn bind(
         broker: Arc<Broker>,
         endpoint: &str,
@@ -50,9 +48,8 @@ impl WmpFrontEnd {
             linger: Duration::ZERO,
             ..SocketOptions::default()
         };
-        let router = AsyncSocket::bind_router(&ctx, endpoint, &limits, &opts)?;
+        let router = bind_router(&ctx, endpoint, &limits, &opts)?;
         let bound = router
-            .socket()
             .get_last_endpoint()
             .ok()
             .and_then(Result::ok)
@@ -146,7 +143,7 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
         broker,
         config,
         ctx,
-        mut router,
+        router,
         name,
         ..
     } = front;
@@ -156,88 +153,48 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
         tracing::warn!("wmp: no place left under --max-connections; the manager is not started");
         return;
     };
+    let bell = match Bell::new(&ctx) {
+        Ok(bell) => bell,
+        Err(e) => {
+            tracing::error!(error = %e, "wmp: cannot create the manager's wake-up socket; the manager is not started");
+            return;
+        }
+    };
     ProtocolMetrics::inc(&metrics.connections);
     ProtocolMetrics::inc(&metrics.connections_total);
-    let (conn, mut mailbox) = broker.connect();
-    let mut manager = Manager::new(broker.clone(), conn, name, &config, metrics.clone());
-    let mut shutdown = gate.shutdown_signal();
-    loop {
-        let mut handled = 0;
-        while handled < BATCH {
-            match router.try_recv() {
-                Ok(Some(frames)) => {
-                    manager.on_frames(frames);
-                    handled += 1;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "wmp manager: receive failed");
-                    break;
-                }
-            }
+    let (conn, mailbox) = broker.connect();
+    let manager = Manager::new(broker.clone(), conn, name, &config, metrics.clone());
+    let (signals, received) = mpsc::channel();
+    let forwarder = tokio::spawn(event_loop::forward_notices(
+        mailbox,
+        signals,
+        bell.ringer,
+        gate.shutdown_signal(),
+    ));
+    let (ended, finished) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Handle::current();
+    let listener = bell.listener;
+    let thread = std::thread::Builder::new()
+        .name("wmp-manager".into())
+        .spawn(move || {
+            event_loop::run(manager, router, listener, received, runtime);
+            drop(ended);
+        });
+    match thread {
+        // Dropped `ended` (also by a panic) ends the wait.
+        Ok(_) => {
+            let _ = finished.await;
         }
-        while let Some(notice) = mailbox.try_recv() {
-            manager.on_notice(notice);
-        }
-        if manager.deadline().is_some_and(|at| at <= Instant::now()) {
-            manager.pass();
-        }
-        let sent = flush(&mut manager, &mut router).await;
-        // A send may have consumed libzmq's readiness edge: look again before waiting.
-        if handled == BATCH || sent {
-            tokio::task::yield_now().await;
-            continue;
-        }
-        let deadline = manager
-            .deadline()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        tokio::select! {
-            _ = router.changed() => {}
-            notice = mailbox.recv() => match notice {
-                Some(notice) => manager.on_notice(notice),
-                None => break,
-            },
-            _ = tokio::time::sleep_until(deadline.into()) => {}
-            _ = shutdown.changed() => break,
+        Err(e) => {
+            tracing::error!(error = %e, "wmp: cannot start the manager's thread");
+            broker.disconnect(conn);
         }
     }
-    manager.stop();
-    drop(router);
+    forwarder.abort();
+    let _ = forwarder.await;
     let _ = tokio::task::spawn_blocking(move || drop(ctx)).await;
     ProtocolMetrics::dec(&metrics.connections);
     drop(slot);
-}
-
-/// Waits until the queued TAKEs' fences are durable, then sends everything queued without
-/// ever waiting on a peer. Returns whether anything was handed to libzmq.
-async fn flush(manager: &mut Manager, router: &mut AsyncSocket) -> bool {
-    if manager.out.is_empty() {
-        return false;
-    }
-    if manager.lsn > 0 {
-        manager.broker.wait_durable(manager.lsn).await;
-        manager.lsn = 0;
-    }
-    for out in std::mem::take(&mut manager.out) {
-        match router.send_now(&out.frames) {
-            Sent::Queued => {}
-            Sent::Unreachable => {
-                counters::count(&manager.metrics, Counter::SendUnreachable);
-                match out.kind {
-                    OutKind::Wake(path) => manager.registry.forget(&path),
-                    OutKind::Take { path, job, attempt } => {
-                        manager.registry.forget(&path);
-                        manager.undo_take(job, attempt);
-                    }
-                    OutKind::No => {}
-                }
-            }
-            // A full peer queue: WAKEs and NOs are retried by design; a TAKE's job comes
-            // back when its lease runs out.
-            Sent::Full | Sent::Failed => counters::count(&manager.metrics, Counter::SendDropped),
-        }
-    }
-    true
 }
 
 #[cfg(test)]

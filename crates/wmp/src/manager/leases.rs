@@ -141,6 +141,7 @@ impl Manager {
                 lock: give.lock,
                 manager: Some(self.name.clone()),
             };
+            self.registry.answered(&path);
             self.send(path, Command::No(no), OutKind::No);
             counters::count(&self.metrics, Counter::No);
             return;
@@ -164,6 +165,13 @@ impl Manager {
         self.publish_take(&path, id);
         let mut msg = crate::message::Message::new(path.clone(), Command::Take(take));
         msg.extra.push("priority", pri.to_string());
+        if let Some(prefix) = &self.handle_prefix {
+            // The engine's job id is the Gearman handle's number (crates/gearman handle.rs).
+            let handle = format!("{prefix}:{id}");
+            if Headers::is_valid_value(&handle) {
+                msg.extra.push("handle", handle);
+            }
+        }
         self.out.push(super::core::Outgoing {
             frames: crate::codec::encode(&msg),
             kind: OutKind::Take {

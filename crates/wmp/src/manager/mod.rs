@@ -9,6 +9,8 @@ mod core;
 #[cfg(feature = "manager")]
 mod counters;
 #[cfg(feature = "manager")]
+mod event_loop;
+#[cfg(feature = "manager")]
 mod frontend;
 #[cfg(feature = "manager")]
 mod leases;

@@ -137,6 +137,15 @@ impl ReadyRegistry {
         }
     }
 
+    /// `path` answered a WAKE with a GIVE that got NO: its wake throttle restarts, so it
+    /// may be woken again at once (decision 14). The interval keeps WAKEs from piling up
+    /// on a worker that does not answer; one that answered is waiting for work.
+    pub fn answered(&mut self, path: &Path) {
+        if let Some(e) = self.entries.get_mut(path) {
+            e.last_wake = None;
+        }
+    }
+
     /// Paths to WAKE because queue `queue` has `ready_jobs` ready jobs: remembered workers
     /// serving it and not woken within `wake_interval`, least recently woken first, at most
     /// `2 × ready_jobs`. Marks them woken. If matching workers exist but all were woken too
