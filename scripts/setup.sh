@@ -74,6 +74,8 @@ $PY -c 'import gearman' 2>/dev/null || py_need+=(gearman3)
 $PY -c 'import requests' 2>/dev/null || py_need+=(requests)
 $PY -c 'import zmq' 2>/dev/null || py_need+=(pyzmq)
 $PY -c 'import pytest_timeout' 2>/dev/null || py_need+=(pytest-timeout)
+# Parses /metrics in the jobd metrics test (tests/jobd/test_jobd_serve.py).
+$PY -c 'import prometheus_client' 2>/dev/null || py_need+=(prometheus-client)
 # MySQL client for the jobd benchmark (bench/jobd.sh).
 $PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
 $PY -c 'import selenium' 2>/dev/null || py_need+=(selenium)

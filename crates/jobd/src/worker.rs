@@ -453,10 +453,8 @@ impl Worker {
                 }
             }
         }
-        if !orphans.is_empty() {
-            if self.inner.store.release(&orphans, "manual").await.is_err() {
-                self.inner.metrics.db_error(false);
-            }
+        if !orphans.is_empty() && self.inner.store.release(&orphans, "manual").await.is_err() {
+            self.inner.metrics.db_error(false);
         }
         self.start_ready();
         let mut jobs = BTreeMap::new();
