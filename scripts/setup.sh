@@ -34,7 +34,7 @@ quietly() {
   rm -f "$log"
 }
 
-have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
+have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep '^install ok installed$' >/dev/null; }
 
 need_apt=()
 for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman mariadb-server \
@@ -101,7 +101,7 @@ command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "setup: node is missing" >&2; exit 1; }
 command -v gearman >/dev/null && command -v gearadmin >/dev/null \
   || { echo "setup: the gearman/gearadmin tools are missing" >&2; exit 1; }
-php -m | grep -qx gearman || { echo "setup: php-gearman is not loaded" >&2; exit 1; }
+php -r 'exit(extension_loaded("gearman") ? 0 : 1);' || { echo "setup: php-gearman is not loaded" >&2; exit 1; }
 php -r 'require "Pheanstalk/autoload.php"; exit(class_exists("Pheanstalk\\Pheanstalk") ? 0 : 1);' \
   || { echo "setup: Pheanstalk is not loadable from PHP" >&2; exit 1; }
 command -v chromium >/dev/null && command -v chromedriver >/dev/null \
