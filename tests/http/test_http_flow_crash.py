@@ -58,8 +58,15 @@ def test_acknowledged_flow_steps_survive_kill_9(start_http, tmp_path):
     drivers = [Driver(srv, n) for n in range(3)]
     for d in drivers:
         d.start()
-    deadline = time.monotonic() + 30
-    while sum(len(d.progress) for d in drivers) < 150 and time.monotonic() < deadline:
+    # Aim for 150 acknowledged steps; on a loaded machine settle for the 100 asserted below,
+    # however long they take (within the test's time limit): the test is about what
+    # survives the kill, not about speed.
+    started = time.monotonic()
+    while True:
+        done = sum(len(d.progress) for d in drivers)
+        elapsed = time.monotonic() - started
+        if done >= 150 or (done >= 100 and elapsed > 30) or elapsed > 150:
+            break
         time.sleep(0.05)
     srv.kill9()
     for d in drivers:
