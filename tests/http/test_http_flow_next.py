@@ -110,14 +110,15 @@ def test_fail_and_delay_take_next_too(http):
     assert r.status_code == 200, r.text
     assert r.json()["status"] in ("waiting", "delayed")
     nxt = r.json()["next"]["job"]
-    assert nxt["id"] == second
+    # The failed job is retried without a backoff here, and it is the older of the two.
+    assert nxt["id"] == first and nxt["input"]["retries"] == 1
     ready_at = int(time.time() * 1000) + 60000
     r = report(http, "delay", w, nxt, ready_at_ms=ready_at, reason="later", next={})
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "delayed"
-    # The failed one is back (its retry), unless its backoff still holds it.
     again = r.json()["next"]["job"]
-    assert again is None or (again["id"] == first and again["input"]["retries"] == 1)
+    assert again["id"] == second and again["input"]["retries"] == 0
+    assert states(http, "one") == {first: "delayed", second: "leased"}
 
 
 def test_a_refused_report_leases_nothing(http):

@@ -2,6 +2,10 @@
 //! lease request per session at a time), leasing with a long poll, running the handler
 //! while heartbeating, and reporting with the lease's fencing token.
 //!
+//! A flow stage job's report also asks for the slot's next job (`next`, with no wait): while
+//! jobs keep coming a slot makes one request per job, and when none is ready it goes back to
+//! its long poll.
+//!
 //! Stopping is graceful: slots waiting for a job give up the wait at once (the server
 //! makes a job handed out in that instant ready again), slots running a handler let it
 //! finish and report, then every session is ended.
@@ -376,9 +380,8 @@ impl<J: Leased> Slot<J> {
                 (J::failure(failure, &mut req), counter)
             }
         };
-        let ask_next = J::REPORT_LEASES_NEXT
-            && !*self.stop.borrow()
-            && !self.no_next.load(Ordering::Relaxed);
+        let ask_next =
+            J::REPORT_LEASES_NEXT && !*self.stop.borrow() && !self.no_next.load(Ordering::Relaxed);
         if ask_next {
             req.insert("next".into(), self.next_request());
         }

@@ -50,7 +50,7 @@ fn http_count(port: u16, command: &str) -> u64 {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         .expect("send");
     let mut text = String::new();
     stream.read_to_string(&mut text).expect("read");
