@@ -2,14 +2,24 @@
 // running jobyard: a 3-stage linear flow, and a 3-stage flow whose middle stage fans out
 // to 3 children; 4 workers per stage (and per child stage), trivial handlers.
 //
-//   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5] [--rate 10]
+//   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5]
+//        [--rate 10] [--fixed-seconds 30] [--only linear|fanout|ceiling] [--ceiling off]
 //
 // Reports, per shape: flows done per second at saturation (creators keep `inflight` flows
 // open), create→done latency p50/p99 at a fixed `rate` of creations per second, and the
-// server's CPU per flow (from /proc/<pid>/stat) during the saturated run. "Done" is when
-// the last stage's complete was acknowledged (seen through the worker's debug log).
+// server's CPU per flow (from /proc/<pid>/stat) during the saturated run, this Node
+// process's CPU per flow, and HTTP requests per flow (the server's request counters).
+// "Done" is when the last stage's complete was acknowledged (seen through the worker's
+// debug log).
+//
+// Then the ceiling: how many small JSON requests per second this Node process can make at
+// all against the same server (16 loops, each leasing with no wait from an empty stage on
+// a session of its own: a request and reply of a flow worker's size), through node:http
+// with a keep-alive agent (what the client uses) and through fetch. Divided by the
+// requests a flow takes, it bounds the flows/s any client in one Node process can reach.
 // Prints one JSON object per measurement.
 
+import http from "node:http";
 import { readFileSync } from "node:fs";
 import { QueuesClient } from "../../clients/node/src/index.js";
 
@@ -20,15 +30,34 @@ const url = args.url ?? "http://127.0.0.1:8080";
 const pid = args.pid;
 const seconds = Number(args.seconds ?? 5);
 const rate = Number(args.rate ?? 10);
+// The fixed-rate run is longer: its p99 needs a few hundred flows to mean anything.
+const fixedSeconds = Number(args["fixed-seconds"] ?? seconds);
 const inflight = Number(args.inflight ?? 64);
 const workersPerStage = Number(args.workers ?? 4);
 const only = args.only;
+const withCeiling = args.ceiling !== "off";
 
 const ticks = () => {
   if (!pid) return 0;
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
   return Number(f[11]) + Number(f[12]); // utime + stime, in clock ticks (100/s)
 };
+
+/** HTTP requests the server has counted so far (its `/metrics`), or null. */
+async function requestsServed() {
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    let sum = 0;
+    for (const line of text.split("\n")) {
+      if (line.startsWith("jobyard_commands_total{") && line.includes('protocol="http"')) {
+        sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+      }
+    }
+    return sum;
+  } catch {
+    return null;
+  }
+}
 
 const shapes = {
   linear: {
@@ -86,7 +115,9 @@ async function run(shape, name, mode) {
       waiting.set(id, () => resolve());
     });
   };
+  const served0 = await requestsServed();
   const cpu0 = ticks();
+  const own0 = process.cpuUsage();
   const t0 = performance.now();
   let count = 0;
   if (mode === "saturated") {
@@ -98,7 +129,7 @@ async function run(shape, name, mode) {
       }
     }));
   } else {
-    const total = Math.max(1, Math.round(rate * seconds));
+    const total = Math.max(1, Math.round(rate * fixedSeconds));
     const pending = [];
     for (let i = 0; i < total; i++) {
       const due = t0 + (i * 1000) / rate;
@@ -110,6 +141,8 @@ async function run(shape, name, mode) {
   }
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = (ticks() - cpu0) / 100;
+  const own = process.cpuUsage(own0);
+  const served = await requestsServed();
   await client.stopAll();
   const lat = [...created].map(([id, t]) => doneAt.get(id) - t).filter((x) => x >= 0).sort((a, b) => a - b);
   return {
@@ -117,6 +150,70 @@ async function run(shape, name, mode) {
     seconds: +elapsed.toFixed(2), flows_per_s: +(count / elapsed).toFixed(1),
     p50_ms: +percentile(lat, 50)?.toFixed(2), p99_ms: +percentile(lat, 99)?.toFixed(2),
     server_cpu_ms_per_flow: pid ? +((cpu * 1000) / count).toFixed(3) : null,
+    node_cpu_ms_per_flow: +((own.user + own.system) / 1000 / count).toFixed(3),
+    // The metrics read itself is one of them.
+    requests_per_flow: served0 === null ? null : +((served - served0 - 1) / count).toFixed(2),
+  };
+}
+
+/** One POST with a small JSON body through node:http and a keep-alive agent. */
+function postWithAgent(agent, path, body) {
+  const payload = JSON.stringify(body);
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { hostname, port, path, method: "POST", agent,
+        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(payload) } },
+      (res) => {
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () => resolve(JSON.parse(Buffer.concat(chunks).toString())));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+/** The same through fetch (Node's undici). */
+async function postWithFetch(path, body) {
+  const r = await fetch(url + path, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  return r.json();
+}
+
+/** Requests per second one Node process makes against this server, and its CPU per request. */
+async function ceiling(kind) {
+  const stage = `bench-ceiling-${stamp}`;
+  await postWithFetch("/v1/flows", { name: stage, stages: [{ name: stage }] });
+  const agent = new http.Agent({ keepAlive: true });
+  const post = kind === "fetch" ? postWithFetch : (path, body) => postWithAgent(agent, path, body);
+  const loops = 16;
+  const sessions = [];
+  for (let i = 0; i < loops; i++) sessions.push((await post("/v1/workers", {})).worker);
+  const path = `/v1/stages/${stage}/lease`;
+  const cpu0 = ticks();
+  const own0 = process.cpuUsage();
+  const t0 = performance.now();
+  const deadline = t0 + seconds * 1000;
+  let count = 0;
+  await Promise.all(sessions.map(async (worker) => {
+    while (performance.now() < deadline) {
+      await post(path, { worker, wait_ms: 0 });
+      count++;
+    }
+  }));
+  const elapsed = (performance.now() - t0) / 1000;
+  const cpu = (ticks() - cpu0) / 100;
+  const own = process.cpuUsage(own0);
+  agent.destroy();
+  return {
+    shape: "ceiling", mode: kind, client: "node", loops, requests: count,
+    seconds: +elapsed.toFixed(2), requests_per_s: +(count / elapsed).toFixed(0),
+    node_cpu_ms_per_request: +((own.user + own.system) / 1000 / count).toFixed(4),
+    server_cpu_ms_per_request: pid ? +((cpu * 1000) / count).toFixed(4) : null,
   };
 }
 
@@ -126,4 +223,7 @@ for (const shape of Object.keys(shapes)) {
   for (const mode of ["saturated", "fixed"]) {
     console.log(JSON.stringify(await run(shape, `bench-${shape}-${mode}-${stamp}`, mode)));
   }
+}
+if (withCeiling && (!only || only === "ceiling")) {
+  for (const kind of ["node:http", "fetch"]) console.log(JSON.stringify(await ceiling(kind)));
 }

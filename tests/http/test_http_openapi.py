@@ -144,11 +144,18 @@ def flow_scenario(c):
     token = lease["job"]["token"]
     c.call("POST", f"/v1/flow-jobs/{job}/complete", json={"worker": w, "token": token + 1})
     c.call("POST", f"/v1/flow-jobs/{job}/complete",
-           json={"worker": w, "token": token, "result": {"children:b:params": [{"childName": "k"}]}})
-    child = c.call("GET", f"/v1/flow-jobs/{job}?resolve_children=true")["fields"]["children:b:jobs"][0]
+           json={"worker": w, "token": token,
+                 "result": {"children:b:params": [{"childName": "k"}, {"childName": "k"}]}})
+    c.call("GET", f"/v1/flow-jobs/{job}?resolve_children=true")
     lease = c.call("POST", "/v1/stages/b:k/lease", json={"worker": w})
-    c.call("POST", f"/v1/flow-jobs/{child['id']}/complete",
-           json={"worker": w, "token": lease["job"]["token"], "result": {"done": True}})
+    # A complete that also leases the worker's next job: the reply carries it as `next`.
+    done = c.call("POST", f"/v1/flow-jobs/{lease['job']['id']}/complete",
+                  json={"worker": w, "token": lease["job"]["token"], "result": {"done": True},
+                        "next": {}})
+    other = done["next"]["job"]
+    c.call("POST", f"/v1/flow-jobs/{other['id']}/complete",
+           json={"worker": w, "token": other["token"], "result": {"done": True},
+                 "next": {"wait_ms": 0}})
     lease = c.call("POST", "/v1/stages/c/lease", json={"worker": w})
     c.call("POST", f"/v1/flow-jobs/{job}/fail",
            json={"worker": w, "token": lease["job"]["token"], "error": "e"})

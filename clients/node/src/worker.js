@@ -69,7 +69,13 @@ export class Worker {
   }
 
   async run() {
+    // A job handed out with the last report's reply: run it before leasing again.
+    let next = null;
     while (this.status === "running") {
+      if (next) {
+        next = await this.execute(next);
+        continue;
+      }
       let job = null;
       try {
         job = await this.lease();
@@ -83,14 +89,16 @@ export class Worker {
         await pause(RETRY_PAUSE_MS);
         continue;
       }
-      if (job) await this.execute(job);
+      if (job) next = await this.execute(job);
     }
+    // A job handed out with a report as the stop came was not started: ending the session
+    // (disconnect) makes it ready again for another worker.
   }
 
   async lease() {
     this.abort = new AbortController();
     const body = {
-      lease_ms: Math.round(this.lockTimeSec * 1000) + LEASE_GRACE_MS,
+      lease_ms: this.leaseMs(),
       wait_ms: Math.min(60000, Math.max(0, Math.round(this.blockTimeoutSec * 1000))),
     };
     if (this.session) body.worker = this.session;
@@ -100,7 +108,15 @@ export class Worker {
     return reply.job;
   }
 
-  /** Runs the function with Guild's execution timeout and reports what it did. */
+  /** The lease asked for: Guild's lock time, and the grace past it. */
+  leaseMs() {
+    return Math.round(this.lockTimeSec * 1000) + LEASE_GRACE_MS;
+  }
+
+  /** Runs the function with Guild's execution timeout and reports what it did. The report
+   * also asks for the next job if one is ready now (`next`, no wait, so the report is
+   * answered at once): a busy worker leases and reports in one request per job. Resolves
+   * to that next job, or null. */
   async execute(job) {
     const input = job.input;
     const log = { workerId: this.id, jobId: job.id, queueName: this.queue.queueName };
@@ -121,11 +137,27 @@ export class Worker {
       }
     }
     const [verb, body] = outcome;
+    const path = `/v1/flow-jobs/${seg(job.id)}/${verb}`;
+    if (this.status === "running" && this.api.reportsLeaseNext !== false) {
+      body.next = { wait_ms: 0, lease_ms: this.leaseMs() };
+    }
     try {
-      const reply = await this.api.post(`/v1/flow-jobs/${seg(job.id)}/${verb}`, body);
+      let reply;
+      try {
+        reply = await this.api.post(path, body);
+      } catch (e) {
+        // A server older than `next` refuses the unknown field, having applied nothing:
+        // report again without it, and never ask that server again.
+        if (!(body.next && e.code === "bad_json" && /`next`/.test(e.message))) throw e;
+        this.api.reportsLeaseNext = false;
+        delete body.next;
+        reply = await this.api.post(path, body);
+      }
       this.logger.debug(`job ${verb}: now ${reply.status} in ${reply.stage}`, log);
+      return reply.next?.job ?? null;
     } catch (e) {
       this.logger.warn(`could not ${verb} the job: ${e.message}`, log);
+      return null;
     }
   }
 

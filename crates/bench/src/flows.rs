@@ -33,6 +33,10 @@ pub struct FlowArgs {
     /// Creations per second in the fixed-rate measurement.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
+    /// Seconds of the fixed-rate measurement (its p99 needs a few hundred flows); the
+    /// `--seconds` value when absent.
+    #[arg(long)]
+    pub fixed_seconds: Option<f64>,
     /// Flows open at once in the saturated measurement.
     #[arg(long, default_value_t = 64)]
     pub inflight: usize,
@@ -118,6 +122,24 @@ fn start_workers(
     pools
 }
 
+/// HTTP requests the server has counted so far (the sum of its `http` command counters in
+/// `/metrics`), read over a connection of its own; `None` if they cannot be read.
+async fn requests_served(url: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.strip_prefix("http://")?.trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.ok()?;
+    let sum = text
+        .lines()
+        .filter(|l| l.starts_with("jobyard_commands_total{") && l.contains("protocol=\"http\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    Some(sum)
+}
+
 /// Creates one flow and waits for its end; returns create→done.
 async fn one_flow(client: &Client, name: &str, waiters: &Waiters) -> Option<Duration> {
     let (tx, rx) = oneshot::channel();
@@ -150,6 +172,7 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
     let waiters: Waiters = Arc::default();
     let pools = start_workers(&client, shape, &name, args.workers, waiters.clone());
     let hist = Arc::new(Histogram::new());
+    let served0 = requests_served(&args.url).await;
     let cpu0 = args.pid.and_then(procfs::sample);
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(args.seconds);
@@ -167,7 +190,8 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
             }));
         }
     } else {
-        let total = (args.rate * args.seconds).round().max(1.0) as u64;
+        let seconds = args.fixed_seconds.unwrap_or(args.seconds);
+        let total = (args.rate * seconds).round().max(1.0) as u64;
         for i in 0..total {
             let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
             tokio::time::sleep_until(due.into()).await;
@@ -185,6 +209,7 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1 = args.pid.and_then(procfs::sample);
+    let served1 = requests_served(&args.url).await;
     for p in pools {
         p.stop().await;
     }
@@ -196,11 +221,19 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         }
         _ => None,
     };
+    // The metrics read in between is one of the requests counted.
+    let requests_per_flow = match (served0, served1) {
+        (Some(a), Some(b)) if s.count > 0 => {
+            Some(((b - a - 1.0) / s.count as f64 * 100.0).round() / 100.0)
+        }
+        _ => None,
+    };
     json!({
         "shape": shape, "mode": mode, "client": "rust", "workers_per_stage": args.workers,
         "flows": s.count, "seconds": (elapsed * 100.0).round() / 100.0,
         "flows_per_s": ((s.count as f64 / elapsed) * 10.0).round() / 10.0,
         "p50_ms": ms(s.p50), "p99_ms": ms(s.p99), "server_cpu_ms_per_flow": cpu_ms,
+        "requests_per_flow": requests_per_flow,
         "rss_kb": cpu1.map(|c| c.rss_kb),
     })
 }

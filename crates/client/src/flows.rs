@@ -35,6 +35,7 @@ pub struct StageJob {
 
 impl Leased for StageJob {
     type Output = Value;
+    const REPORT_LEASES_NEXT: bool = true;
 
     fn from_lease(job: &Value) -> Result<StageJob, Error> {
         let text = |k: &str| {

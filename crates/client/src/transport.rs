@@ -34,7 +34,11 @@ impl Transport {
                 "{url}: expected http://host:port (put a TLS proxy's plain side here)"
             )));
         }
-        let pool = Pool::builder(TokioExecutor::new()).build_http();
+        // Requests are small and answered at once: send each as soon as it is written,
+        // never held back waiting for the previous segment's acknowledgement (Nagle).
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let pool = Pool::builder(TokioExecutor::new()).build(connector);
         Ok(Transport { base, pool })
     }
 

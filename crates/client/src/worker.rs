@@ -2,6 +2,10 @@
 //! lease request per session at a time), leasing with a long poll, running the handler
 //! while heartbeating, and reporting with the lease's fencing token.
 //!
+//! A flow stage job's report also asks for the slot's next job (`next`, with no wait): while
+//! jobs keep coming a slot makes one request per job, and when none is ready it goes back to
+//! its long poll.
+//!
 //! Stopping is graceful: slots waiting for a job give up the wait at once (the server
 //! makes a job handed out in that instant ready again), slots running a handler let it
 //! finish and report, then every session is ended.
@@ -11,7 +15,7 @@
 //! is the [`Leased`] trait.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -73,6 +77,17 @@ pub trait Leased: Sized + Send + 'static {
     fn put_output(output: Self::Output, request: &mut Map<String, Value>);
     /// The verb and fields reporting a failure.
     fn failure(failure: Failure, request: &mut Map<String, Value>) -> &'static str;
+    /// Whether a report may ask for the worker's next job in the same request (`next`),
+    /// saving a lease round trip per job while jobs keep coming.
+    const REPORT_LEASES_NEXT: bool = false;
+
+    /// The job of a lease reply (`{"worker", "job"}`), if it has one.
+    fn from_reply(reply: &Value) -> Result<Option<Self>, Error> {
+        match &reply["job"] {
+            Value::Null => Ok(None),
+            job => Self::from_lease(job).map(Some),
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -140,6 +155,7 @@ impl<J: Leased> WorkerBuilder<J> {
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let counts = Arc::new(Counts::default());
+        let no_next = Arc::new(AtomicBool::new(false));
         let handler = Arc::new(move |job: J| {
             let fut = handler(job);
             async move { fut.await.map_err(Into::into) }
@@ -151,6 +167,7 @@ impl<J: Leased> WorkerBuilder<J> {
                     settings: settings.clone(),
                     counts: counts.clone(),
                     stop: stop_rx.clone(),
+                    no_next: no_next.clone(),
                 };
                 let handler = handler.clone();
                 tokio::spawn(async move { slot.run(handler).await })
@@ -226,6 +243,8 @@ struct Slot<J> {
     settings: Arc<WorkerBuilder<J>>,
     counts: Arc<Counts>,
     stop: watch::Receiver<bool>,
+    /// Set once the server refused `next` (a server older than it): reports go without.
+    no_next: Arc<AtomicBool>,
 }
 
 impl<J: Leased> Slot<J> {
@@ -235,7 +254,13 @@ impl<J: Leased> Slot<J> {
         F: Future<Output = Result<J::Output, Failure>> + Send + 'static,
     {
         let mut session: Option<String> = None;
+        // A job handed out with the last report's reply, run before leasing again.
+        let mut handed: Option<J> = None;
         while !*self.stop.borrow() {
+            if let (Some(job), Some(worker)) = (handed.take(), &session) {
+                handed = self.work(worker, job, handler.as_ref()).await;
+                continue;
+            }
             let worker = match &session {
                 Some(w) => w.clone(),
                 None => match self.open_session().await {
@@ -252,7 +277,7 @@ impl<J: Leased> Slot<J> {
                 _ = stop.changed() => break,
             };
             match leased {
-                Ok(Some(job)) => self.work(&worker, job, handler.as_ref()).await,
+                Ok(Some(job)) => handed = self.work(&worker, job, handler.as_ref()).await,
                 Ok(None) => {}
                 Err(e) if e.code() == Some("unknown_worker") => session = None,
                 Err(e) => {
@@ -261,6 +286,9 @@ impl<J: Leased> Slot<J> {
                 }
             }
         }
+        // A job handed out with a report while stopping was not started: ending the
+        // session makes it ready again for another worker.
+        drop(handed);
         if let Some(w) = session {
             let _ = self.client().delete_path(&format!("/v1/workers/{w}")).await;
         }
@@ -301,15 +329,22 @@ impl<J: Leased> Slot<J> {
             .client()
             .post(&self.settings.lease_path, &Value::Object(req))
             .await?;
-        match &reply["job"] {
-            Value::Null => Ok(None),
-            job => J::from_lease(job).map(Some),
+        J::from_reply(&reply)
+    }
+
+    /// `next` of a report: the next job if one is ready now. No wait, so the report's
+    /// answer (and a stop) is never held up; an idle worker goes back to its long poll.
+    fn next_request(&self) -> Value {
+        match self.settings.lease {
+            Some(l) => json!({"wait_ms": 0, "lease_ms": l.as_millis() as u64}),
+            None => json!({"wait_ms": 0}),
         }
     }
 
     /// Runs the handler (in its own task, so a panic is caught) while heartbeating, then
-    /// reports. A stop request does not interrupt a running handler.
-    async fn work<H, F>(&self, worker: &str, job: J, handler: &H)
+    /// reports. A stop request does not interrupt a running handler. Returns the next job
+    /// when the report's reply brought one.
+    async fn work<H, F>(&self, worker: &str, job: J, handler: &H) -> Option<J>
     where
         H: Fn(J) -> F + Send + Sync + 'static,
         F: Future<Output = Result<J::Output, Failure>> + Send + 'static,
@@ -345,16 +380,47 @@ impl<J: Leased> Slot<J> {
                 (J::failure(failure, &mut req), counter)
             }
         };
+        let ask_next =
+            J::REPORT_LEASES_NEXT && !*self.stop.borrow() && !self.no_next.load(Ordering::Relaxed);
+        if ask_next {
+            req.insert("next".into(), self.next_request());
+        }
         let url = format!("{path}/{verb}");
-        match self.client().post(&url, &Value::Object(req)).await {
-            Ok(_) => {
+        let mut req = Value::Object(req);
+        let mut sent = self.client().post(&url, &req).await;
+        if ask_next && matches!(&sent, Err(e) if refuses_next(e)) {
+            // A server older than `next` refused the unknown field, having applied
+            // nothing: report again without it, and never ask that server again.
+            self.no_next.store(true, Ordering::Relaxed);
+            req.as_object_mut().expect("an object").remove("next");
+            sent = self.client().post(&url, &req).await;
+        }
+        match sent {
+            Ok(reply) => {
                 counter.fetch_add(1, Ordering::Relaxed);
+                match reply.get("next").map(J::from_reply) {
+                    Some(Ok(next)) => next,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "could not read the next job");
+                        None
+                    }
+                    None => None,
+                }
             }
             Err(e) if matches!(e.code(), Some("stale_token" | "not_leased" | "not_found")) => {
                 self.counts.lost.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(job = %path, error = %e, "result refused: the lease was gone");
+                None
             }
-            Err(e) => tracing::warn!(job = %path, error = %e, "could not report the result"),
+            Err(e) => {
+                tracing::warn!(job = %path, error = %e, "could not report the result");
+                None
+            }
         }
     }
+}
+
+/// Whether a report was refused for its `next` field alone (a server that predates it).
+fn refuses_next(e: &Error) -> bool {
+    matches!(e, Error::Api { code, message, .. } if code == "bad_json" && message.contains("`next`"))
 }

@@ -255,6 +255,9 @@ impl Engine {
                 .expect("queue has a ready job");
             self.leave_state(id);
             self.lease_to(id, conn, lease, now);
+            if self.is_flow_engine_job(id) {
+                self.flow_fence_served(conn, id, lease, now);
+            }
             self.notices.push(Notice {
                 conn,
                 kind: NoticeKind::Reserved(id),

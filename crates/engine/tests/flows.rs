@@ -883,3 +883,53 @@ fn delays_are_kept_across_a_restart() {
     r.e.tick(T0 + 60 * SEC);
     assert_eq!(r.lease(W2, "a", T0 + 60 * SEC).unwrap().id, later);
 }
+
+/// A worker waiting in a lease is fenced in the transition that makes a job ready for it
+/// (one log write for both), its hand-out only describes the lease, and the token survives
+/// a restart; a lease made any other way is fenced at its hand-out as before.
+#[test]
+fn a_waiting_worker_is_fenced_in_the_transition_that_readies_its_job() {
+    let mut s = Server::new();
+    s.define(r#"{"name":"f","stages":[{"name":"a","next":"b","leaseMs":7000},{"name":"b"}]}"#);
+    let wait_on = |s: &mut Server, conn: ConnId, stage: &str| {
+        let q =
+            s.e.queue_id_or_create(s.e.flow_stage_queue(stage).as_bytes());
+        let got = s.e.reserve(
+            conn,
+            &[q],
+            WaitMode::Best,
+            Lease::JobTtr,
+            Some(10_000),
+            false,
+            T0,
+        );
+        assert_eq!(got, ReserveOutcome::Waiting);
+    };
+    wait_on(&mut s, W1, "a");
+    let id = s.create("f", 1, json!({}));
+    let token = s.e.flow_job(&id).unwrap().token;
+    assert_eq!(token, 1, "fenced by the create's own step");
+    let engine_id = s.e.flow_job(&id).unwrap().engine_id;
+    let lease =
+        s.e.flow_hand_out(W1, engine_id, None, T0)
+            .expect("handed out");
+    assert_eq!((lease.token, lease.deadline), (1, T0 + 7000));
+    assert!(
+        s.e.take_changes().next().is_none(),
+        "the hand-out logs nothing more"
+    );
+    s.flush();
+    assert_eq!(s.restarted().e.flow_job(&id).unwrap().token, 1);
+    // The next stage's waiting worker is fenced by the complete.
+    wait_on(&mut s, W2, "b");
+    assert_eq!(s.complete(W1, &lease, json!({})), "leased");
+    assert_eq!(s.e.flow_job(&id).unwrap().token, 2);
+    let second =
+        s.e.flow_hand_out(W2, engine_id, None, T0)
+            .expect("handed out");
+    assert_eq!(second.token, 2);
+    // A plain lease (no wait) is fenced at its hand-out.
+    let other = s.create("f", 1, json!({}));
+    let third = s.lease(W1, "a", T0).expect("leased");
+    assert_eq!((third.id.as_str(), third.token), (other.as_str(), 1));
+}

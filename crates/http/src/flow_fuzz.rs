@@ -26,8 +26,10 @@ pub fn decode(which: u8, body: &[u8]) -> Result<(), ApiError> {
             .map(drop),
         2 => parse_json::<StageLeaseRequest>(body)?.checked().map(drop),
         3 => parse_json::<HeartbeatRequest>(body)?.checked().map(drop),
-        4 => parse_json::<CompleteRequest>(body)?.checked(),
-        5 => parse_json::<FailRequest>(body)?.checked(),
-        _ => parse_json::<DelayRequest>(body)?.checked(1_700_000_000_000),
+        4 => parse_json::<CompleteRequest>(body)?.checked().map(drop),
+        5 => parse_json::<FailRequest>(body)?.checked().map(drop),
+        _ => parse_json::<DelayRequest>(body)?
+            .checked(1_700_000_000_000)
+            .map(drop),
     }
 }

@@ -3,6 +3,8 @@
 //! token, and a token that is not the job's latest lease is refused with 409
 //! `stale_token` (its lease ran out and the job may be elsewhere now).
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::Json;
 use jobyard_broker::{Broker, Txn};
@@ -14,9 +16,12 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
 use crate::flow_jobs::check_fields_size;
-use crate::leases::{check_lease_ms, lease_for, CheckedLease, HeartbeatRequest};
+use crate::leases::{
+    check_lease_ms, lease_after, lease_for, CheckedLease, HeartbeatRequest, LeaseOutcome, LeaseSpec,
+};
 use crate::limits::{MAX_DELAY_MS, MAX_WAIT_MS};
 use crate::state::{Api, Command};
+use crate::workers::Worker;
 
 /// `POST /v1/stages/{stage}/lease`.
 #[derive(Deserialize)]
@@ -33,17 +38,46 @@ pub struct StageLeaseRequest {
 impl StageLeaseRequest {
     /// Checks the bounds; returns the lease asked for and how long to wait.
     pub(crate) fn checked(&self) -> Result<(Lease, u64), ApiError> {
-        let lease = match check_lease_ms(self.lease_ms)? {
-            Some(ms) => Lease::For(ms),
-            None => Lease::JobTtr,
-        };
-        let wait_ms = self.wait_ms.unwrap_or(0);
-        if wait_ms > MAX_WAIT_MS {
-            return Err(ApiError::bad_request(format!(
-                "wait_ms is at most {MAX_WAIT_MS}"
-            )));
-        }
-        Ok((lease, wait_ms))
+        check_lease_and_wait(self.lease_ms, self.wait_ms)
+    }
+}
+
+/// A lease length (the stage's `leaseMs` when absent) and a wait (0 when absent), checked.
+fn check_lease_and_wait(
+    lease_ms: Option<u64>,
+    wait_ms: Option<u64>,
+) -> Result<(Lease, u64), ApiError> {
+    let lease = match check_lease_ms(lease_ms)? {
+        Some(ms) => Lease::For(ms),
+        None => Lease::JobTtr,
+    };
+    let wait_ms = wait_ms.unwrap_or(0);
+    if wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::bad_request(format!(
+            "wait_ms is at most {MAX_WAIT_MS}"
+        )));
+    }
+    Ok((lease, wait_ms))
+}
+
+/// `next` in a complete, fail or delay: in the same request, lease the worker's next job
+/// of the stage the reported job was leased from (the reply's `next` is what a stage
+/// lease would answer). Saves a worker that is kept busy one round trip per job.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NextLease {
+    /// Lease length; the stage's `leaseMs` when absent.
+    lease_ms: Option<u64>,
+    /// How long to wait for a job when none is ready (0, the default: answer at once).
+    wait_ms: Option<u64>,
+}
+
+impl NextLease {
+    /// Checks the bounds of an optional `next`.
+    fn checked(next: &Option<NextLease>) -> Result<Option<(Lease, u64)>, ApiError> {
+        next.as_ref()
+            .map(|n| check_lease_and_wait(n.lease_ms, n.wait_ms))
+            .transpose()
     }
 }
 
@@ -126,15 +160,17 @@ pub struct CompleteRequest {
     token: u32,
     /// Fields merged into the job state; `nextQueue` (if any) picks the next stage.
     result: Option<Map<String, Value>>,
+    /// Also lease the worker's next job (see [`NextLease`]).
+    next: Option<NextLease>,
 }
 
 impl CompleteRequest {
-    /// Checks the result's size.
-    pub(crate) fn checked(&self) -> Result<(), ApiError> {
-        match &self.result {
-            Some(result) => check_fields_size("result", result),
-            None => Ok(()),
+    /// Checks the result's size and `next`.
+    pub(crate) fn checked(&self) -> Result<Option<(Lease, u64)>, ApiError> {
+        if let Some(result) = &self.result {
+            check_fields_size("result", result)?;
         }
+        NextLease::checked(&self.next)
     }
 }
 
@@ -145,11 +181,12 @@ pub async fn complete(
     JsonBody(req): JsonBody<CompleteRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::FlowComplete);
-    req.checked()?;
+    let next = req.checked()?;
     let worker = api.workers.get(&req.worker)?;
     let result = req.result.unwrap_or_default();
-    transition(&api, |txn, now| {
-        txn.flow_complete(worker.conn, &id, req.token, result, now)
+    let conn = worker.conn;
+    transition(&api, &id, worker, next, |txn, now| {
+        txn.flow_complete(conn, &id, req.token, result, now)
     })
     .await
 }
@@ -162,11 +199,13 @@ pub struct FailRequest {
     token: u32,
     /// Recorded as `failedErrorMsg` if no retry is left.
     error: Option<String>,
+    /// Also lease the worker's next job (see [`NextLease`]).
+    next: Option<NextLease>,
 }
 
 impl FailRequest {
-    /// Checks the error's size.
-    pub(crate) fn checked(&self) -> Result<(), ApiError> {
+    /// Checks the error's size and `next`.
+    pub(crate) fn checked(&self) -> Result<Option<(Lease, u64)>, ApiError> {
         if self
             .error
             .as_ref()
@@ -174,7 +213,7 @@ impl FailRequest {
         {
             return Err(ApiError::bad_request("the error text is too long"));
         }
-        Ok(())
+        NextLease::checked(&self.next)
     }
 }
 
@@ -185,11 +224,12 @@ pub async fn fail(
     JsonBody(req): JsonBody<FailRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::FlowFail);
-    req.checked()?;
+    let next = req.checked()?;
     let worker = api.workers.get(&req.worker)?;
     let error = req.error.unwrap_or_default();
-    transition(&api, |txn, now| {
-        txn.flow_fail(worker.conn, &id, req.token, &error, now)
+    let conn = worker.conn;
+    transition(&api, &id, worker, next, |txn, now| {
+        txn.flow_fail(conn, &id, req.token, &error, now)
     })
     .await
 }
@@ -203,11 +243,13 @@ pub struct DelayRequest {
     /// Wall-clock milliseconds since the epoch when the job is ready again.
     ready_at_ms: Millis,
     reason: Option<String>,
+    /// Also lease the worker's next job (see [`NextLease`]).
+    next: Option<NextLease>,
 }
 
 impl DelayRequest {
-    /// Checks the time (at most [`MAX_DELAY_MS`] ahead) and the reason's size.
-    pub(crate) fn checked(&self, now: Millis) -> Result<(), ApiError> {
+    /// Checks the time (at most [`MAX_DELAY_MS`] ahead), the reason's size and `next`.
+    pub(crate) fn checked(&self, now: Millis) -> Result<Option<(Lease, u64)>, ApiError> {
         if self.ready_at_ms > now.saturating_add(MAX_DELAY_MS) {
             return Err(ApiError::bad_request(format!(
                 "ready_at_ms is at most {MAX_DELAY_MS} ms from now"
@@ -216,7 +258,7 @@ impl DelayRequest {
         if self.reason.as_ref().is_some_and(|r| r.len() > 4096) {
             return Err(ApiError::bad_request("reason is at most 4096 bytes"));
         }
-        Ok(())
+        NextLease::checked(&self.next)
     }
 }
 
@@ -227,30 +269,66 @@ pub async fn delay(
     JsonBody(req): JsonBody<DelayRequest>,
 ) -> Result<Json<Value>, ApiError> {
     api.count(Command::FlowDelay);
-    req.checked(Broker::now())?;
+    let next = req.checked(Broker::now())?;
     let worker = api.workers.get(&req.worker)?;
     let reason = req.reason.unwrap_or_default();
-    transition(&api, |txn, now| {
-        txn.flow_delay(worker.conn, &id, req.token, req.ready_at_ms, &reason, now)
+    let conn = worker.conn;
+    transition(&api, &id, worker, next, |txn, now| {
+        txn.flow_delay(conn, &id, req.token, req.ready_at_ms, &reason, now)
     })
     .await
 }
 
 /// Runs one flow transition, waits until the log holds it, and answers with where it
-/// left the job.
+/// left the job; with `next`, leases the worker's next job of the job's stage in the same
+/// engine transaction (see [`lease_after`]) and adds it to the answer as `next`.
 async fn transition(
     api: &Api,
+    id: &str,
+    worker: Arc<Worker>,
+    next: Option<(Lease, u64)>,
     op: impl FnOnce(&mut Txn<'_>, Millis) -> Result<FlowOutcome, FlowError>,
 ) -> Result<Json<Value>, ApiError> {
-    let (out, lsn) = {
-        let mut txn = api.broker.lock();
-        let out = op(&mut txn, Broker::now())?;
-        (out, txn.commit())
+    let Some((lease, wait_ms)) = next else {
+        let (out, lsn) = {
+            let mut txn = api.broker.lock();
+            let out = op(&mut txn, Broker::now())?;
+            (out, txn.commit())
+        };
+        api.broker.wait_durable(lsn).await;
+        return Ok(Json(outcome_json(out)));
     };
-    api.broker.wait_durable(lsn).await;
-    Ok(Json(serde_json::json!({
+    // The stage the job is in now is the one its holder leased it from: only the holder
+    // moves it, and `op` refuses anyone else.
+    let stage = api
+        .broker
+        .lock()
+        .flow_job(id)
+        .map(|j| j.stage.clone())
+        .ok_or_else(|| FlowError::NotFound(id.to_string()))?;
+    let spec = LeaseSpec {
+        queues: vec![stage_queue_name(&stage)],
+        lease,
+        wait_ms,
+        hand: flow_hand_out,
+    };
+    let (out, leased) = lease_after(api, &worker, spec, |txn| {
+        op(txn, Broker::now()).map_err(ApiError::from)
+    })
+    .await?;
+    let mut reply = outcome_json(out);
+    reply["next"] = match leased {
+        LeaseOutcome::Answered(next) => next,
+        LeaseOutcome::ShuttingDown => serde_json::json!({ "worker": worker.id(), "job": null }),
+    };
+    Ok(Json(reply))
+}
+
+/// Where a transition left the job, as the reply says it.
+fn outcome_json(out: FlowOutcome) -> Value {
+    serde_json::json!({
         "id": out.id,
         "stage": out.stage,
         "status": out.status,
-    })))
+    })
 }

@@ -185,13 +185,61 @@ pub(crate) async fn lease_for(
         lease,
         wait_ms,
     } = checked;
-    let lease_ms = match lease {
-        Lease::For(ms) => Some(ms),
-        _ => None,
-    };
     let worker: Arc<Worker> = match &worker {
         Some(w) => api.workers.get(w)?,
         None => api.workers.create(&api.broker, &api.gate, &api.metrics)?,
+    };
+    let spec = LeaseSpec {
+        queues,
+        lease,
+        wait_ms,
+        hand,
+    };
+    match lease_after(api, &worker, spec, |_| Ok(())).await? {
+        ((), LeaseOutcome::Answered(reply)) => Ok(Json(reply)),
+        ((), LeaseOutcome::ShuttingDown) => Err(ApiError::shutting_down()),
+    }
+}
+
+/// Where to lease from and how, for a worker already found.
+pub(crate) struct LeaseSpec {
+    pub(crate) queues: Vec<String>,
+    pub(crate) lease: Lease,
+    pub(crate) wait_ms: u64,
+    pub(crate) hand: HandOut,
+}
+
+/// How the lease part of [`lease_after`] ended.
+pub(crate) enum LeaseOutcome {
+    /// `{"worker", "job"}`: the job handed out, or null after the wait.
+    Answered(Value),
+    /// The server began stopping during the wait; nothing was handed out.
+    ShuttingDown,
+}
+
+/// Runs `first` and a lease attempt in one engine transaction (so one log write and one
+/// fsync wait cover both), then, if no job was ready, waits for one like a lease request.
+///
+/// This is how a worker reports a job and takes its next one in a single request. Refused
+/// before anything is applied when the worker has another lease request in progress or
+/// when `first` refuses; once `first` has been applied the request does not fail (a stop
+/// during the wait is [`LeaseOutcome::ShuttingDown`]), and the answer comes only when
+/// everything it reports is durable.
+pub(crate) async fn lease_after<P>(
+    api: &Api,
+    worker: &Arc<Worker>,
+    spec: LeaseSpec,
+    first: impl FnOnce(&mut Txn<'_>) -> Result<P, ApiError>,
+) -> Result<(P, LeaseOutcome), ApiError> {
+    let LeaseSpec {
+        queues,
+        lease,
+        wait_ms,
+        hand,
+    } = spec;
+    let lease_ms = match lease {
+        Lease::For(ms) => Some(ms),
+        _ => None,
     };
     let mailbox = worker
         .mailbox
@@ -200,15 +248,22 @@ pub(crate) async fn lease_for(
     let mut shutdown = api.gate.shutdown_signal();
     let mut wait = LeaseWait {
         api,
-        worker: &worker,
+        worker,
         mailbox,
         queues: Vec::new(),
         settled: false,
         hand,
         lease_ms,
     };
-    let first = {
+    let (pre, start, first_lsn) = {
         let mut txn = api.broker.lock();
+        let pre = match first(&mut txn) {
+            Ok(pre) => pre,
+            Err(e) => {
+                wait.settle(&mut txn);
+                return Err(e);
+            }
+        };
         give_back_strays(&mut txn, worker.conn, &mut wait.mailbox);
         for name in &queues {
             let q = txn.queue_id_or_create(name.as_bytes());
@@ -224,20 +279,18 @@ pub(crate) async fn lease_for(
             false,
             Broker::now(),
         );
-        match outcome {
-            ReserveOutcome::Reserved(id) => {
-                let job = hand_out(&mut txn, &mut wait, id);
-                Some((job, txn.commit()))
-            }
-            ReserveOutcome::Waiting => None,
+        let start = match outcome {
+            ReserveOutcome::Reserved(id) => Start::Handed(hand_out(&mut txn, &mut wait, id)),
+            ReserveOutcome::Waiting => Start::Waiting,
             _ => {
                 wait.settle(&mut txn);
-                return Ok(Json(no_job(&worker)));
+                Start::Handed(None)
             }
-        }
+        };
+        (pre, start, txn.commit())
     };
-    if let Some(handed) = first {
-        return answer(api, &worker, handed).await;
+    if let Start::Handed(job) = start {
+        return Ok((pre, answer(api, worker, (job, first_lsn)).await));
     }
     // Past the engine's own timeout by a margin: the engine's timer answers first; this
     // only bounds the wait if that notice were lost.
@@ -254,28 +307,44 @@ pub(crate) async fn lease_for(
             match notice {
                 Some(NoticeKind::Reserved(id)) => {
                     let job = hand_out(&mut txn, &mut wait, id);
-                    Ok((job, txn.commit()))
+                    // The engine may have fenced the job in the transition that served
+                    // this wait (a flow job: `flow_fence_served`), logged by whoever
+                    // made that transition: wait for what is in the log now.
+                    let appended = api.broker.log().map_or(0, |log| log.appended());
+                    Some((job, txn.commit().max(appended)))
                 }
                 Some(NoticeKind::TimedOut) => {
                     txn.cancel_wait(worker.conn);
                     wait.settle(&mut txn);
-                    Err(None)
+                    Some((None, 0))
                 }
                 // A notice about an earlier lease (it ran out): not this request's business.
                 Some(_) => continue,
                 None => {
                     txn.cancel_wait(worker.conn);
                     wait.settle(&mut txn);
-                    Err(Some(ApiError::shutting_down()))
+                    None
                 }
             }
         };
-        return match handed {
-            Ok(handed) => answer(api, &worker, handed).await,
-            Err(None) => Ok(Json(no_job(&worker))),
-            Err(Some(e)) => Err(e),
-        };
+        // What `first` did must be durable too; log positions only grow, so the later
+        // of the two covers both.
+        return Ok(match handed {
+            Some((job, lsn)) => (pre, answer(api, worker, (job, lsn.max(first_lsn))).await),
+            None => {
+                api.broker.wait_durable(first_lsn).await;
+                (pre, LeaseOutcome::ShuttingDown)
+            }
+        });
     }
+}
+
+/// How the first transaction of [`lease_after`] left the lease.
+enum Start {
+    /// Answered at once: the job handed out, or none (nothing ready and no wait asked).
+    Handed(Option<Value>),
+    /// Waiting for a job.
+    Waiting,
 }
 
 /// A leased job as the worker gets it (`None` if the lease was lost before it could be
@@ -310,12 +379,12 @@ fn plain_hand_out(txn: &mut Txn<'_>, conn: ConnId, id: JobId, _: Option<u64>) ->
     })
 }
 
-async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> Result<Json<Value>, ApiError> {
+async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> LeaseOutcome {
     api.broker.wait_durable(lsn).await;
-    Ok(Json(match job {
+    LeaseOutcome::Answered(match job {
         Some(job) => serde_json::json!({ "worker": worker.id(), "job": job }),
         None => no_job(worker),
-    }))
+    })
 }
 
 fn no_job(worker: &Worker) -> Value {

@@ -17,6 +17,12 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// A server with its HTTP listener on a free port; returns it and the client.
 fn start() -> (Server, Client, tempfile::TempDir) {
+    let (server, client, data, _) = start_with_port();
+    (server, client, data)
+}
+
+/// [`start`], and the HTTP listener's port.
+fn start_with_port() -> (Server, Client, tempfile::TempDir, u16) {
     let data = tempfile::tempdir().expect("tempdir");
     let dir = data.path().to_str().expect("utf-8").to_string();
     let http_port = Arc::new(Mutex::new(0u16));
@@ -36,7 +42,24 @@ fn start() -> (Server, Client, tempfile::TempDir) {
     });
     let port = *http_port.lock().unwrap();
     let client = Client::new(&format!("http://127.0.0.1:{port}")).expect("client");
-    (server, client, data)
+    (server, client, data, port)
+}
+
+/// How many times the server has served the `http` command `command` (from `/metrics`).
+fn http_count(port: u16, command: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    let label = format!("command=\"{command}\"");
+    text.lines()
+        .filter(|l| l.starts_with("jobyard_commands_total{"))
+        .filter(|l| l.contains("protocol=\"http\"") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Starts waiting for `id`'s outcome and returns once the server counts the waiter:
@@ -321,4 +344,64 @@ async fn a_flow_runs_through_its_stages_with_stage_workers() {
     assert!(client.delete_flow_job(&id).await.unwrap());
     assert_eq!(client.flow_job(&id).await.unwrap(), None);
     assert!(!client.delete_flow_job(&id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_stage_worker_takes_its_next_job_with_each_report() {
+    use jobyard_client::{FlowJobOptions, StageJob};
+    use serde_json::json;
+    let (_server, client, _data, port) = start_with_port();
+    client
+        .declare_flow(&json!({"name": "batch", "stages": [{"name": "each"}]}))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let id = client
+            .create_flow_job("batch", json!({ "n": n }), &FlowJobOptions::default())
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let pool = client
+        .stage_worker("each")
+        .poll_wait(Duration::from_secs(20))
+        .start(move |job: StageJob| {
+            let log = log.clone();
+            async move {
+                log.lock()
+                    .unwrap()
+                    .push(job.input["id"].as_str().unwrap().to_string());
+                Ok::<_, Failure>(json!({ "ok": true }))
+            }
+        });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while seen.lock().unwrap().len() < ids.len() {
+        assert!(tokio::time::Instant::now() < deadline, "jobs not all run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Stopping ends the long poll the worker went back to at once.
+    let summary = tokio::time::timeout(Duration::from_secs(10), pool.stop())
+        .await
+        .expect("stop does not wait for the poll");
+    assert_eq!(summary.completed, 10);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ids,
+        "one worker runs them oldest first"
+    );
+    for id in &ids {
+        let job = client.flow_job(id).await.unwrap().unwrap();
+        assert_eq!(job["fields"]["done"], json!(true), "{job}");
+    }
+    // One lease for the first job, each report brought the next; then (nothing left) one
+    // long poll, and perhaps a second if the first one ran out.
+    assert_eq!(http_count(port, "flow-complete"), 10);
+    let leases = http_count(port, "lease-stage");
+    assert!(
+        (2..=3).contains(&leases),
+        "{leases} stage leases for 10 jobs"
+    );
 }

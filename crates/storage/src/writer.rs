@@ -276,6 +276,13 @@ impl Log {
         free_bytes(&self.shared.dir).map_or(true, |free| free >= bytes as u64 + reserve)
     }
 
+    /// The LSN of the last records appended: waiting for it covers every change already
+    /// made, also ones another caller appended (a change another transaction made on
+    /// this caller's behalf).
+    pub fn appended(&self) -> Lsn {
+        self.shared.pending.lock().expect("log lock").appended
+    }
+
     /// Everything up to this LSN may be acknowledged.
     pub fn durable(&self) -> Lsn {
         self.shared.durable.load(Ordering::Acquire)

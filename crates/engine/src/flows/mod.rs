@@ -117,6 +117,11 @@ pub(crate) struct Flows {
     /// fresh log (compaction compares the log's size with it).
     pub(crate) sizes: HashMap<String, u64>,
     pub(crate) bytes: u64,
+    /// Engine jobs fenced when the engine handed them to a waiting session (see
+    /// `Engine::flow_fence_served`): that session and the job's reserve count then, so the
+    /// hand-out of exactly that lease does not fence again. In memory only: no lease
+    /// outlives a restart.
+    pub(crate) fenced_on_serve: HashMap<JobId, (crate::ConnId, u32)>,
 }
 
 /// The jobs one transition changed, logged together when it ends.
@@ -251,6 +256,7 @@ impl Engine {
     /// Takes the engine job of a flow job out of its queue, if it is in one (a lease on it
     /// ends with it).
     pub(crate) fn flow_dequeue(&mut self, engine_id: JobId) {
+        self.flows.fenced_on_serve.remove(&engine_id);
         if self.jobs.contains_key(&engine_id) {
             let old = self.remove_job(engine_id);
             self.drop_queue_if_unreferenced(old.queue);
