@@ -5,6 +5,7 @@
 # see the same machine within seconds of each other.
 #
 #   bash bench/ab.sh --a OLD/jobyard --b target/release/jobyard [--rounds 5] [--duration 2]
+#                    [--drain JOBS] [--only bs-put|bs-drain|g-drain]
 #
 # Keep a copy of the "before" binary (cp target/release/jobyard /tmp/jobyard-before) before
 # building the change. Prints, per workload, the median jobs/s and server CPU µs per job of
@@ -20,6 +21,7 @@ B="$ROOT/target/release/jobyard"
 ROUNDS=5
 DURATION=2
 DRAIN=100000
+ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --a) A=$2; shift ;;
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift ;;
     --duration) DURATION=$2; shift ;;
     --drain) DRAIN=$2; shift ;;
+    --only) ONLY=$2; shift ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -50,6 +53,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
   for spec in "${WORKLOADS[@]}"; do
     IFS='|' read -r wl kind args <<<"$spec"
+    [ -n "$ONLY" ] && [ "$ONLY" != "$wl" ] && continue
     for side in a b; do
       if [ "$side" = a ]; then JY=$A; else JY=$B; fi
       dir="$TMP/$wl-$side-$round"
