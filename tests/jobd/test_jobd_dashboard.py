@@ -5,59 +5,29 @@ headless chromium (a screenshot under tests/screenshots/)."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-
 import requests
 
 from browserlib import cell_text, shot, start_browser, wait_until
+from jobdlib import poll, serve_with_jobd, wait
 from jobyard_testlib import free_port
-
-
-def _wait(cond, what: str, timeout: float = 30):
-    deadline = time.time() + timeout
-    while not cond():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_jobd_targets_and_launcher_processes_are_listed_and_shown(
         start_server, jobs_db, tmp_path, jobyard_bin):
+    http_port = free_port()
+    _, jobd_port, _ = serve_with_jobd(start_server, jobs_db, tmp_path, "t1 = 2\nt2 = 1",
+                                      name="dash",
+                                      extra_args=("--http-listen", f"127.0.0.1:{http_port}"))
     run = tmp_path / "run.sh"
-    run.write_text(
-        'd=$(dirname "$0")\necho $$ > "$d/pid-$1"\n'
-        'while [ ! -f "$d/go" ]; do sleep 0.02; done\necho "id=$1"\n'
-    )
-    jobd_port, http_port = free_port(), free_port()
-    cfg = tmp_path / "jobd.conf"
-    cfg.write_text(
-        f"host = 127.0.0.1\nport = {jobd_port}\nname = dash\n"
-        f"mysql_host = 127.0.0.1\nmysql_port = {jobs_db.m.port}\nmysql_user = root\n"
-        f"mysql_password = \"\"\nmysql_database = {jobs_db.name}\nmysql_table = jobs\n"
-        f"launcher = /bin/sh {run} {{id}}\nshutdown_timeout = 2\n[targets]\nt1 = 2\nt2 = 1\n"
-    )
-    start_server(extra_args=["--jobd-config", str(cfg),
-                             "--http-listen", f"127.0.0.1:{http_port}"])
-    _wait(lambda: _port_open(jobd_port), "the jobd listener")
     base = f"http://127.0.0.1:{http_port}"
 
     def api(path):
         return requests.get(base + "/admin/api" + path, timeout=30).json()
 
     rows = [jobs_db.insert("t1") for _ in range(3)]
-    subprocess.run([str(jobyard_bin), "jobctl", "--port", str(jobd_port), "poll", "t1"],
-                   check=True, capture_output=True, timeout=60)
-    _wait(lambda: len(list(tmp_path.glob("pid-*"))) == 2, "two launchers running")
-    _wait(lambda: api("/processes?protocol=jobd")["total"] == 2, "two processes listed")
+    poll(jobyard_bin, jobd_port, "t1")
+    wait(lambda: len(list(tmp_path.glob("pid-*"))) == 2, "two launchers running")
+    wait(lambda: api("/processes?protocol=jobd")["total"] == 2, "two processes listed")
 
     procs = api("/processes?protocol=jobd")["processes"]
     pids = {int((tmp_path / f"pid-{r}").read_text()) for r in rows

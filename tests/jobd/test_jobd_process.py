@@ -7,20 +7,14 @@ import os
 import subprocess
 import time
 
+from jobdlib import pid_alive as _pid_alive
+
 
 def _wait_file(p, timeout=30):
     deadline = time.time() + timeout
     while not p.exists():
         assert time.time() < deadline, f"{p} never appeared"
         time.sleep(0.02)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return ") Z " not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def test_kill9_with_jobs_running_strands_no_row(jobd, jobs_db, tmp_path, jobyard_bin):

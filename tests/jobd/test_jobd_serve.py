@@ -11,50 +11,9 @@ import time
 
 import greenstalk
 
+from jobdlib import pid_alive as _pid_alive, poll as _poll, port_open as _port_open
+from jobdlib import serve_with_jobd as _serve_with_jobd, wait as _wait
 from jobyard_testlib import free_port
-
-
-def _wait(cond, what: str, timeout: float = 30):
-    deadline = time.time() + timeout
-    while not cond():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def _serve_with_jobd(start_server, jobs_db, tmp_path, targets: str):
-    """A server with beanstalkd, Gearman and a jobd worker whose launcher blocks each job
-    until the file `go` exists (touching `started-<id>` first)."""
-    run = tmp_path / "run.sh"
-    run.write_text(
-        'd=$(dirname "$0")\necho $$ > "$d/pid-$1"\ntouch "$d/started-$1"\n'
-        'while [ ! -f "$d/go" ]; do sleep 0.02; done\necho "id=$1"\n'
-    )
-    jobd_port, gearman_port = free_port(), free_port()
-    cfg = tmp_path / "jobd.conf"
-    cfg.write_text(
-        f"host = 127.0.0.1\nport = {jobd_port}\nname = w\n"
-        f"mysql_host = 127.0.0.1\nmysql_port = {jobs_db.m.port}\nmysql_user = root\n"
-        f"mysql_password = \"\"\nmysql_database = {jobs_db.name}\nmysql_table = jobs\n"
-        f"launcher = /bin/sh {run} {{id}}\nshutdown_timeout = 2\n[targets]\n{targets}\n"
-    )
-    srv = start_server(
-        extra_args=["--jobd-config", str(cfg), "--gearman-listen", f"127.0.0.1:{gearman_port}"]
-    )
-    _wait(lambda: _port_open(jobd_port), "the jobd listener")
-    return srv, jobd_port, gearman_port
-
-
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def _poll(jobyard_bin, port: int, *targets: str):
-    subprocess.run([str(jobyard_bin), "jobctl", "--port", str(port), "poll", *targets],
-                   check=True, capture_output=True, timeout=60)
 
 
 def _started(tmp_path) -> int:
@@ -140,14 +99,6 @@ def test_pause_and_set_concurrency_are_the_engines(
         for i in ids:
             jobs_db.wait_status(i, "done")
     assert srv.stop() == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return ") Z " not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def test_kill9_of_the_server_strands_no_row(start_server, jobs_db, tmp_path, jobyard_bin):
