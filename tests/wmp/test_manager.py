@@ -384,10 +384,7 @@ def test_a_job_put_while_its_worker_was_just_woken_is_not_forgotten(manager, ctx
     assert w.recv().command == "WAKE"
     bs.reserve(timeout=5)  # a beanstalkd worker is faster
     job = bs.put(b"second")
-    wake = w.recv(timeout=10)
-    assert wake.command == "WAKE" and wake.headers["queue"] == "resize"
-    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
-    take = w.recv()
+    take = w.give_when_woken("resize", lock="2")
     assert take.command == "TAKE" and take.headers["job"] == str(job)
 
 
@@ -406,10 +403,7 @@ def test_a_worker_whose_give_got_no_is_woken_again_by_the_next_job(manager, ctx)
     assert w.recv().command == "NO"
     w.send("READY", headers(roles="resize"))  # worker rule 1: a slot became free
     job = bs.put(b"second")
-    wake = w.recv(timeout=10)
-    assert wake.command == "WAKE" and wake.headers["queue"] == "resize"
-    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
-    take = w.recv()
+    take = w.give_when_woken("resize", lock="2")
     assert take.command == "TAKE" and take.headers["job"] == str(job)
 
 

@@ -183,6 +183,10 @@ class Dealer:
     def take_one(self, queue, lock="1", timeout=10.0) -> Msg:
         """READY roles=queue, wait for WAKE, GIVE; returns the TAKE (or NO)."""
         self.send("READY", headers(roles=queue))
+        return self.give_when_woken(queue, lock, timeout)
+
+    def give_when_woken(self, queue, lock="1", timeout=10.0) -> Msg:
+        """Waits for a WAKE for `queue`, answers GIVE; returns the TAKE (or NO)."""
         wake = self.recv(timeout)
         assert wake.command == "WAKE" and wake.headers["queue"] == queue, wake
         self.send("GIVE", headers(lock=lock, roles=queue, queue=queue))
