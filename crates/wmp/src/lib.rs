@@ -10,7 +10,9 @@
 //! - [`worker`]: an async worker with a handler per role; [`command::run_command_worker`]
 //!   runs a program per job.
 //!
-//! Transport ([`transport`], [`link`]) is libzmq (the `zmq` crate, libzmq built from source)
+//! - [`zmtp`]: the manager's own ZMTP 3.x ROUTER (codec pure and fuzzed; sockets on `mio`).
+//!
+//! Transport of the device and the worker ([`transport`], [`link`]) is libzmq (the `zmq` crate, libzmq built from source)
 //! driven from tokio; why not the pure-Rust `zeromq` crate is in [`transport`] and
 //! `docs/wmp.md`.
 
@@ -33,6 +35,7 @@ pub mod route;
 pub mod transport;
 #[cfg(feature = "transport")]
 pub mod worker;
+pub mod zmtp;
 
 pub use codec::{decode, encode, envelope, Envelope, SIGNATURE};
 #[cfg(feature = "transport")]

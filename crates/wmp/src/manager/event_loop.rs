@@ -1,40 +1,37 @@
-//! The manager's own thread: it owns the ROUTER socket and polls it with `zmq_poll`, drains
-//! every message that is waiting, then sends everything the batch produced, and only then
-//! sleeps again.
+//! The manager's own thread: it owns the ZMTP ROUTER ([`Router`], one `mio` poll) and sleeps
+//! in it; each wake-up reads every connection that has bytes, hands every whole message to
+//! the manager, then sends everything the batch produced (one write per peer), and only
+//! then sleeps again.
 //!
-//! Why a thread and not a tokio task: each WMP job is five messages (READY, WAKE, GIVE, TAKE,
-//! DONE), and libzmq already moves every one of them between its I/O thread and the socket's
-//! user. Driven from tokio, a readable ROUTER woke tokio's I/O driver, which woke the worker
-//! thread that ran the manager: two task switches per wake-up, and ~70 % of the manager's
-//! CPU was spent in the kernel switching tasks (docs/benchmarks.md, "14/WMP"). Here
-//! `zmq_poll` sleeps on the socket's own signal, so a wake-up is one switch, and under load
-//! one wake-up serves every message that arrived meanwhile.
+//! Why a thread and not a tokio task: each WMP job is five messages (READY, WAKE, GIVE,
+//! TAKE, DONE). Driven from tokio, a readable socket woke tokio's I/O driver, which woke the
+//! worker thread that ran the manager: two task switches per wake-up
+//! (docs/benchmarks.md, "14/WMP"). Here the poll sleeps on the sockets themselves, so a
+//! wake-up is one switch, and under load one wake-up serves every message that arrived
+//! meanwhile. Why our own ZMTP and not libzmq's ROUTER: libzmq moved every message between
+//! its I/O thread and this one through a mailbox (docs/wmp.md, "Transport").
 //!
 //! The broker tells the manager about jobs that became ready and leases that ran out
 //! through its session's mailbox, a tokio channel. [`forward_notices`] (a small tokio task)
-//! moves notices to the thread through a std channel and rings a *bell*: an inproc PAIR
-//! socket in the same poll set as the ROUTER.
+//! moves notices to the thread through a std channel and wakes the poll with a
+//! [`mio::Waker`] (an eventfd in the same poll set).
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use jobyard_broker::Mailbox;
 use jobyard_engine::NoticeKind;
+use mio::Waker;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::core::{Manager, OutKind};
 use super::counters::{self, Counter};
-use crate::transport::{recv_now, send_now, Sent};
-
-/// Messages handled before the loop sends and looks at its timers again.
-const BATCH: usize = 256;
+use crate::transport::Sent;
+use crate::zmtp::router::Router;
 
 /// The longest single sleep when nothing is due (the loop just polls again).
 const IDLE_POLL: Duration = Duration::from_secs(3600);
-
-/// The inproc endpoint of the bell (one per manager context).
-const BELL_ENDPOINT: &str = "inproc://wmp-manager-bell";
 
 /// What the tokio side hands to the manager's thread.
 pub(crate) enum Signal {
@@ -44,34 +41,12 @@ pub(crate) enum Signal {
     Stop,
 }
 
-/// The two ends of the bell: `ringer` for [`forward_notices`], `listener` for [`run`].
-pub(crate) struct Bell {
-    pub(crate) ringer: zmq::Socket,
-    pub(crate) listener: zmq::Socket,
-}
-
-impl Bell {
-    /// Creates the connected PAIR sockets in `ctx`.
-    pub(crate) fn new(ctx: &zmq::Context) -> std::io::Result<Bell> {
-        let io = std::io::Error::other;
-        let listener = ctx.socket(zmq::PAIR).map_err(io)?;
-        listener.set_linger(0).map_err(io)?;
-        listener.bind(BELL_ENDPOINT).map_err(io)?;
-        let ringer = ctx.socket(zmq::PAIR).map_err(io)?;
-        ringer.set_linger(0).map_err(io)?;
-        // One pending ring is enough: a full queue means the thread has not looked yet.
-        ringer.set_sndhwm(1).map_err(io)?;
-        ringer.connect(BELL_ENDPOINT).map_err(io)?;
-        Ok(Bell { ringer, listener })
-    }
-}
-
-/// The tokio half: waits for notices (or shutdown), passes them on, rings the bell once per
-/// batch of notices. Ends after passing on [`Signal::Stop`], or when the thread is gone.
+/// The tokio half: waits for notices (or shutdown), passes them on, wakes the thread once
+/// per batch of notices. Ends after passing on [`Signal::Stop`], or when the thread is gone.
 pub(crate) async fn forward_notices(
     mut mailbox: Mailbox,
     signals: mpsc::Sender<Signal>,
-    ringer: zmq::Socket,
+    waker: Arc<Waker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -90,8 +65,9 @@ pub(crate) async fn forward_notices(
                 }
             }
         }
-        // EAGAIN: a ring is already pending, which is all the thread needs.
-        let _ = ringer.send(&b""[..], zmq::DONTWAIT);
+        if let Err(e) = waker.wake() {
+            tracing::warn!(error = %e, "wmp manager: cannot wake the manager's thread");
+        }
         if stop {
             return;
         }
@@ -103,28 +79,12 @@ pub(crate) async fn forward_notices(
 /// with `--fsync always`.
 pub(crate) fn run(
     mut manager: Manager,
-    router: zmq::Socket,
-    bell: zmq::Socket,
+    mut router: Router,
     signals: mpsc::Receiver<Signal>,
     runtime: Handle,
 ) {
-    let mut ring = zmq::Message::new();
     'serve: loop {
-        let mut handled = 0;
-        while handled < BATCH {
-            match recv_now(&router) {
-                Ok(Some(frames)) => {
-                    manager.on_frames(frames);
-                    handled += 1;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "wmp manager: receive failed");
-                    break;
-                }
-            }
-        }
-        while bell.recv(&mut ring, zmq::DONTWAIT).is_ok() {}
+        router.drain_messages(|frames| manager.on_frames(frames));
         loop {
             match signals.try_recv() {
                 Ok(Signal::Notice(notice)) => manager.on_notice(notice),
@@ -132,40 +92,32 @@ pub(crate) fn run(
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
-        if manager.deadline().is_some_and(|at| at <= Instant::now()) {
+        let now = Instant::now();
+        if manager.deadline().is_some_and(|at| at <= now) {
             manager.pass();
         }
-        flush(&mut manager, &router, &runtime);
-        if handled == BATCH {
-            continue;
-        }
-        let timeout = poll_timeout(manager.deadline(), Instant::now());
-        let mut items = [
-            router.as_poll_item(zmq::POLLIN),
-            bell.as_poll_item(zmq::POLLIN),
-        ];
-        if let Err(e) = zmq::poll(&mut items, timeout) {
-            if e != zmq::Error::EINTR {
-                // Cannot happen with valid sockets; do not spin if it does.
-                tracing::warn!(error = %e, "wmp manager: poll failed");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
+        send_all(&mut manager, &mut router, &runtime);
+        router.flush();
+        router.heartbeat(now);
+        let due = manager
+            .deadline()
+            .map_or(router.next_tick(), |at| at.min(router.next_tick()));
+        router.wait(poll_timeout(Some(due), Instant::now()));
     }
     manager.stop();
 }
 
-/// Milliseconds until `deadline`, rounded up so a due timer is never polled for in a
-/// busy loop of zero-length sleeps.
-fn poll_timeout(deadline: Option<Instant>, now: Instant) -> i64 {
+/// Time until `deadline` in whole milliseconds, rounded up so a due timer is never polled
+/// for in a busy loop of zero-length sleeps.
+fn poll_timeout(deadline: Option<Instant>, now: Instant) -> Duration {
     let wait = deadline.map_or(IDLE_POLL, |at| at.saturating_duration_since(now));
-    let ms = wait.as_micros().div_ceil(1000);
-    ms.min(IDLE_POLL.as_millis()) as i64
+    let ms = wait.as_micros().div_ceil(1000).min(IDLE_POLL.as_millis());
+    Duration::from_millis(ms as u64)
 }
 
-/// Waits until the queued TAKEs' fences are durable, then sends everything queued without
-/// ever waiting on a peer.
-fn flush(manager: &mut Manager, router: &zmq::Socket, runtime: &Handle) {
+/// Waits until the queued TAKEs' fences are durable, then queues everything on the router
+/// without ever waiting on a peer.
+fn send_all(manager: &mut Manager, router: &mut Router, runtime: &Handle) {
     if manager.out.is_empty() {
         return;
     }
@@ -174,7 +126,7 @@ fn flush(manager: &mut Manager, router: &zmq::Socket, runtime: &Handle) {
         manager.lsn = 0;
     }
     for out in std::mem::take(&mut manager.out) {
-        match send_now(router, &out.frames) {
+        match router.send(&out.frames) {
             Sent::Queued => {}
             Sent::Unreachable => {
                 counters::count(&manager.metrics, Counter::SendUnreachable);
@@ -201,14 +153,18 @@ mod tests {
     #[test]
     fn poll_timeouts_round_up_and_are_bounded() {
         let now = Instant::now();
-        assert_eq!(poll_timeout(Some(now), now), 0);
-        assert_eq!(poll_timeout(Some(now - Duration::from_secs(1)), now), 0);
-        assert_eq!(poll_timeout(Some(now + Duration::from_micros(1)), now), 1);
-        assert_eq!(poll_timeout(Some(now + Duration::from_millis(50)), now), 50);
-        assert_eq!(poll_timeout(None, now), 3_600_000);
+        let ms = Duration::from_millis;
+        assert_eq!(poll_timeout(Some(now), now), ms(0));
+        assert_eq!(poll_timeout(Some(now - Duration::from_secs(1)), now), ms(0));
+        assert_eq!(
+            poll_timeout(Some(now + Duration::from_micros(1)), now),
+            ms(1)
+        );
+        assert_eq!(poll_timeout(Some(now + ms(50)), now), ms(50));
+        assert_eq!(poll_timeout(None, now), ms(3_600_000));
         assert_eq!(
             poll_timeout(Some(now + Duration::from_secs(86_400)), now),
-            3_600_000
+            ms(3_600_000)
         );
     }
 }

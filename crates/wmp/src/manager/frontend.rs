@@ -1,11 +1,11 @@
-//! The manager as a front end of `jobyard serve --wmp-listen ENDPOINT`: one ROUTER, one
+//! The manager as a front end of `jobyard serve --wmp-listen ENDPOINT`: one ROUTER (our
+//! own ZMTP, [`crate::zmtp::router`]), one
 //! broker session owning every lease it hands out, one place from the gate, and one thread
 //! of its own that reads messages and engine notices, and sends in batches after the log
 //! made the batch's TAKEs durable (so a worker never holds an attempt number a restart
 //! could reuse); see `event_loop.rs`.
 
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
 
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_net::{FrontEnd, Gate};
@@ -13,22 +13,27 @@ use tokio::task::JoinHandle;
 
 use super::core::{Manager, ManagerConfig};
 use super::counters;
-use super::event_loop::{self, Bell};
+use super::event_loop;
 use crate::limits::Limits;
-use crate::transport::{bind_router, SocketOptions};
+use crate::transport::SocketOptions;
+use crate::zmtp::router::{Heartbeat, Router};
+use crate::zmtp::session::SessionLimits;
+
+/// Room beside the one large frame (the payload) for a message's small frames (path,
+/// delimiter, signature, command, headers: at most 16 × 255 + 8 KiB + a few bytes).
+const SMALL_FRAMES_ROOM: usize = 64 * 1024;
 
 /// The WMP manager front end, bound and ready to start.
 pub struct WmpFrontEnd {
     broker: Arc<Broker>,
     config: ManagerConfig,
-    ctx: zmq::Context,
-    router: zmq::Socket,
+    router: Router,
     endpoint: String,
     name: String,
 }
 
 impl WmpFrontEnd {
-    /// Binds the ROUTER at `endpoint` (any libzmq endpoint, e.g. `tcp://127.0.0.1:5570`).
+    /// Binds the ROUTER at `endpoint` (`tcp://HOST:PORT`, e.g. `tcp://127.0.0.1:5570`).
     /// Fails when it cannot be bound or the configured name is not a valid manager name.
     pub fn bind(
         broker: Arc<Broker>,
@@ -38,22 +43,25 @@ impl WmpFrontEnd {
         // Registered now, not when serving starts: /metrics (and a caller looking the
         // counters up) sees the manager from the moment it is bound.
         broker.metrics().protocol("wmp", counters::NAMES);
-        let ctx = zmq::Context::new();
         let limits = Limits {
             max_payload: config.max_payload,
             ..Limits::default()
         };
-        let opts = SocketOptions {
-            max_frame: crate::worker::frame_limit(&limits),
-            linger: Duration::ZERO,
-            ..SocketOptions::default()
+        let max_frame = crate::worker::frame_limit(&limits);
+        let session = SessionLimits {
+            max_frame,
+            // The router adds the routing id, which the limits count.
+            max_frames: limits.max_frames() - 1,
+            max_message: max_frame + SMALL_FRAMES_ROOM,
         };
-        let router = bind_router(&ctx, endpoint, &limits, &opts)?;
-        let bound = router
-            .get_last_endpoint()
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_else(|| endpoint.to_owned());
+        // The same heartbeat as every other WMP socket (SocketOptions).
+        let interval = SocketOptions::default().heartbeat;
+        let heartbeat = Heartbeat {
+            interval,
+            timeout: interval * 3,
+        };
+        let router = Router::bind(endpoint, session, heartbeat)?;
+        let bound = router.endpoint().to_owned();
         let name = match &config.name {
             Some(name) if is_manager_name(name) => name.clone(),
             Some(name) => {
@@ -66,7 +74,6 @@ impl WmpFrontEnd {
         Ok(WmpFrontEnd {
             broker,
             config,
-            ctx,
             router,
             endpoint: bound,
             name,
@@ -142,7 +149,6 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
     let WmpFrontEnd {
         broker,
         config,
-        ctx,
         router,
         name,
         ..
@@ -153,8 +159,8 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
         tracing::warn!("wmp: no place left under --max-connections; the manager is not started");
         return;
     };
-    let bell = match Bell::new(&ctx) {
-        Ok(bell) => bell,
+    let waker = match router.waker() {
+        Ok(waker) => waker,
         Err(e) => {
             tracing::error!(error = %e, "wmp: cannot create the manager's wake-up socket; the manager is not started");
             return;
@@ -168,16 +174,15 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
     let forwarder = tokio::spawn(event_loop::forward_notices(
         mailbox,
         signals,
-        bell.ringer,
+        waker,
         gate.shutdown_signal(),
     ));
     let (ended, finished) = tokio::sync::oneshot::channel::<()>();
     let runtime = tokio::runtime::Handle::current();
-    let listener = bell.listener;
     let thread = std::thread::Builder::new()
         .name("wmp-manager".into())
         .spawn(move || {
-            event_loop::run(manager, router, listener, received, runtime);
+            event_loop::run(manager, router, received, runtime);
             drop(ended);
         });
     match thread {
@@ -192,7 +197,6 @@ async fn serve(front: WmpFrontEnd, gate: Gate) {
     }
     forwarder.abort();
     let _ = forwarder.await;
-    let _ = tokio::task::spawn_blocking(move || drop(ctx)).await;
     ProtocolMetrics::dec(&metrics.connections);
     drop(slot);
 }
