@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (fuzz/fuzz_targets: the beanstalkd decoder, the Gearman decoder, the
 # log record decoder, the HTTP request decoders (flows too), the HTTP credentials decoder, the
-# flow definition parser and flow records, the jobd decoder, the WMP decoder) for SECONDS each
-# (default 60) and fails on the first crash; the input that crashed is left in
-# fuzz/artifacts/<target>/.
+# flow definition parser and flow records, the jobd decoder, the WMP decoder, the manager's
+# ZMTP decoder) for SECONDS each (default 60) and fails on the first crash; the input that
+# crashed is left in fuzz/artifacts/<target>/.
 #
 #   bash scripts/fuzz.sh [SECONDS]
 #

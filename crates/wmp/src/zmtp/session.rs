@@ -17,7 +17,8 @@ const MAX_HANDSHAKE_COMMAND: usize = 4096;
 pub struct SessionLimits {
     /// Largest frame body.
     pub max_frame: usize,
-    /// Most frames in one message (not counting the routing id the ROUTER adds).
+    /// Most frames in one message (not counting the routing id the ROUTER adds); of a
+    /// longer message only the first `max_frames + 1` are kept, for the decoder to refuse.
     pub max_frames: usize,
     /// Most bytes in one message, all frames together.
     pub max_message: usize,
@@ -51,8 +52,6 @@ pub enum Refusal {
     SocketType(Bytes),
     /// The peer sent ERROR.
     PeerError(Bytes),
-    /// A message with more frames than allowed.
-    TooManyFrames,
     /// A message with more bytes than allowed.
     MessageTooLarge,
     /// The peer asked for a routing id another connection has (libzmq's ROUTER refuses
@@ -69,7 +68,6 @@ impl std::fmt::Display for Refusal {
             Refusal::ExpectedReady => f.write_str("handshake: expected READY"),
             Refusal::SocketType(t) => write!(f, "handshake: socket type {t:?}"),
             Refusal::PeerError(reason) => write!(f, "peer sent ERROR {reason:?}"),
-            Refusal::TooManyFrames => f.write_str("message has too many frames"),
             Refusal::MessageTooLarge => f.write_str("message too large"),
             Refusal::DuplicateIdentity(id) => write!(f, "identity {id:?} is already connected"),
         }
@@ -234,14 +232,16 @@ impl Session {
         if self.partial.is_empty() {
             self.partial.push(self.routing_id.clone());
         }
-        if self.partial.len() > self.limits.max_frames {
-            return Err(Refusal::TooManyFrames);
+        // One frame past the limit is kept so the WMP decoder sees, drops and counts the
+        // message as having too many frames (as it did behind libzmq); the rest is not
+        // stored, so memory stays bounded and the connection stays up.
+        if self.partial.len() <= self.limits.max_frames + 1 {
+            self.partial_bytes += body.len();
+            if self.partial_bytes > self.limits.max_message {
+                return Err(Refusal::MessageTooLarge);
+            }
+            self.partial.push(Bytes::copy_from_slice(body));
         }
-        self.partial_bytes += body.len();
-        if self.partial_bytes > self.limits.max_message {
-            return Err(Refusal::MessageTooLarge);
-        }
-        self.partial.push(Bytes::copy_from_slice(body));
         if !more {
             self.partial_bytes = 0;
             events.push(Event::Message(std::mem::take(&mut self.partial)));
@@ -412,12 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn too_many_frames_or_bytes_in_one_message_are_refused() {
-        let mut bytes = Vec::new();
-        for _ in 0..5 {
-            put_frame(&mut bytes, MORE, b"f");
-        }
-        assert_eq!(refusal(&mut opened(), &bytes), Refusal::TooManyFrames);
+    fn too_many_bytes_in_one_message_are_refused() {
         let mut bytes = Vec::new();
         put_frame(&mut bytes, MORE, &[0; 1000]);
         put_frame(&mut bytes, 0, &[0; 600]);
@@ -480,6 +475,34 @@ mod tests {
             refusal(&mut Session::new(LIMITS), &bytes),
             Refusal::SocketType(_)
         ));
+    }
+
+    #[test]
+    fn a_message_with_too_many_frames_keeps_one_too_many_for_the_decoder() {
+        let mut bytes = Vec::new();
+        for _ in 0..1000 {
+            put_frame(&mut bytes, MORE, b"f");
+        }
+        put_frame(&mut bytes, 0, b"last");
+        put_message(&mut bytes, &[&b"next"[..]]);
+        let mut events = Vec::new();
+        let mut s = opened();
+        assert_eq!(
+            s.feed(&bytes, &mut Vec::new(), &mut events),
+            Ok(bytes.len())
+        );
+        let Event::Message(frames) = &events[0] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(
+            frames.len(),
+            1 + LIMITS.max_frames + 1,
+            "routing id + limit + 1"
+        );
+        assert_eq!(
+            events[1],
+            Event::Message(vec![Bytes::from_static(b"id"), Bytes::from_static(b"next")])
+        );
     }
 
     #[test]
