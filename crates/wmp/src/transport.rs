@@ -1,8 +1,7 @@
-//! ZeroMQ plumbing shared by the manager, the device and the worker: libzmq sockets
-//! (through the `zmq` crate), driven from tokio without threads of their own
-//! ([`AsyncSocket`], the device and the worker), or configured here and polled by a thread
-//! of their own ([`bind_router`], [`recv_now`], [`send_now`]: the manager, see
-//! `manager/event_loop.rs` for why).
+//! ZeroMQ plumbing shared by the device and the worker: libzmq sockets (through the `zmq`
+//! crate), driven from tokio without threads of their own ([`AsyncSocket`]). The manager
+//! has its own ZMTP ROUTER instead (`crate::zmtp`, see `docs/wmp.md`, "Transport") and
+//! shares only [`Sent`] with this module.
 //!
 //! Why libzmq and not the pure-Rust `zeromq` crate: `zeromq` 0.4 trusts the frame length a
 //! peer announces and allocates it, so 80 bytes from any TCP client (a ZMTP greeting and a
@@ -61,7 +60,7 @@ impl AsRawFd for Fd {
 /// What became of a message handed to [`AsyncSocket::send_now`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sent {
-    /// Queued in libzmq for the peer.
+    /// Queued for the peer (in libzmq, or in the manager's ZMTP router).
     Queued,
     /// The peer's queue is full (high-water mark): dropped; a manager drops WAKEs first.
     Full,
@@ -161,7 +160,7 @@ impl AsyncSocket {
 }
 
 /// Creates a socket of `kind` in `ctx` with `opts` applied, for a caller that polls it
-/// itself (the manager's thread) or wraps it in an [`AsyncSocket`].
+/// itself or wraps it in an [`AsyncSocket`].
 pub fn configured_socket(
     ctx: &zmq::Context,
     kind: zmq::SocketType,
@@ -192,7 +191,7 @@ pub fn configured_socket(
     Ok(socket)
 }
 
-/// Binds a ROUTER for a manager or a device at `endpoint` with WMP's options and the frame
+/// Binds a ROUTER for a device at `endpoint` with WMP's options and the frame
 /// limit that fits `limits`.
 pub fn bind_router(
     ctx: &zmq::Context,
