@@ -153,3 +153,54 @@ def test_ping_gets_a_pong_with_its_context_and_messages_still_flow(manager, ctx)
             if not flags & 0x01:
                 break
         assert got[:3] == [b"", b"WMP01", b"NO"], got
+
+
+def test_libzmq_heartbeats_keep_an_idle_worker_connected(manager, ctx):
+    """A pyzmq DEALER PINGing every 0.2 s that drops a peer silent for 0.6 s: only PONGs
+    the manager gets right keep it connected through 3 idle seconds."""
+    import zmq
+
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, 200)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 600)
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+    sock.connect(manager.wmp)
+    events = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        if monitor.poll(100):
+            event = monitor.recv_multipart()[0]
+            events.append(struct.unpack("<H", event[:2])[0])
+    assert events == [zmq.EVENT_HANDSHAKE_SUCCEEDED], events
+    sock.send_multipart([b"", b"WMP01", b"GIVE", b"lock=1\nroles=resize"])
+    assert sock.poll(5000), "no answer after the idle time"
+    assert sock.recv_multipart()[2] == b"NO"
+    monitor.close(linger=0)
+    sock.close(linger=0)
+
+
+def test_the_manager_pings_and_closes_a_peer_that_stays_silent(manager):
+    """Heartbeat 5 s, timeout 15 s, as the manager's libzmq socket had."""
+    with connect(manager) as raw:
+        handshake(raw)
+        raw.settimeout(8)
+        flags, size = read_exactly(raw, 2)
+        assert flags == 0x04
+        assert read_exactly(raw, size) == b"\x04PING\x00\x00", "a PING with TTL 0"
+        started = time.monotonic()
+        rest = read_until_closed(raw, timeout=20)
+        assert rest.replace(b"\x04\x07\x04PING\x00\x00", b"") == b"", "only more PINGs"
+        assert time.monotonic() - started < 18
+
+
+def test_a_second_peer_with_a_taken_identity_is_refused_the_first_keeps_it(manager, ctx):
+    """libzmq's ROUTER rule (no ROUTER_HANDOVER): the newcomer is refused, so replies to
+    that routing id still reach the first peer."""
+    first = Dealer(ctx, manager.wmp, identity=b"w-dup")
+    first.send("GIVE", b"lock=1\nroles=resize")
+    assert first.recv().command == "NO"
+    second = Dealer(ctx, manager.wmp, identity=b"w-dup")
+    second.send("GIVE", b"lock=2\nroles=resize")
+    assert not second.sock.poll(1000), "the duplicate was served"
+    assert_worker_still_served(manager, ctx, first)
