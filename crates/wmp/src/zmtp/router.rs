@@ -36,6 +36,9 @@ const READ_BUDGET: usize = 256 * 1024;
 /// Unsent bytes to one peer above which a send reports [`Sent::Full`] (libzmq's default
 /// high-water mark is 1000 messages; WMP messages are a few hundred bytes, bodies aside).
 const OUT_HIGH_WATER: usize = 4 << 20;
+/// Buffer capacity a connection keeps once empty; a larger one (a big frame passed) is
+/// given back.
+const KEEP_CAPACITY: usize = 256 * 1024;
 /// How often heartbeats and silence are checked.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -394,6 +397,9 @@ impl Router {
             if drained {
                 conn.out.clear();
                 conn.written = 0;
+                if conn.out.capacity() > KEEP_CAPACITY {
+                    conn.out = Vec::new();
+                }
             }
             // Ask for writable only while a write was short.
             if drained == conn.want_write {
@@ -435,9 +441,11 @@ fn absorb(conn: &mut Conn, token: Token, data: &[u8], shared: &mut Shared) -> Re
     let buf: &[u8] = if from_inbuf { &conn.inbuf } else { data };
     let mut used = 0;
     loop {
-        used += conn
+        let fed = conn
             .session
-            .feed(&buf[used..], &mut conn.out, shared.events)?;
+            .feed(&buf[used..], &mut conn.out, shared.events);
+        // Messages before a refusal are delivered (as libzmq would have), and none is left
+        // behind for the next connection.
         let mut named = false;
         for event in shared.events.drain(..) {
             match event {
@@ -450,12 +458,17 @@ fn absorb(conn: &mut Conn, token: Token, data: &[u8], shared: &mut Shared) -> Re
                 }
             }
         }
+        used += fed?;
         if !named || used == buf.len() {
             break;
         }
     }
     if from_inbuf {
         conn.inbuf.drain(..used);
+        if conn.inbuf.is_empty() && conn.inbuf.capacity() > KEEP_CAPACITY {
+            // A large frame passed: do not hold its size for the connection's lifetime.
+            conn.inbuf = Vec::new();
+        }
     } else {
         conn.inbuf.extend_from_slice(&data[used..]);
     }
@@ -491,6 +504,117 @@ fn name_peer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::zmtp::greeting::{greeting, GREETING_LEN};
+    use std::io::{Read, Write};
+
+    const LIMITS: SessionLimits = SessionLimits {
+        max_frame: 1024,
+        max_frames: 8,
+        max_message: 4096,
+    };
+    const HEARTBEAT: Heartbeat = Heartbeat {
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(15),
+    };
+
+    /// Polls the router until `done` says so (bounded, so a broken build fails, not hangs).
+    fn turn_until(router: &mut Router, mut done: impl FnMut(&mut Router) -> bool) {
+        for _ in 0..200 {
+            router.wait(Duration::from_millis(20));
+            if done(router) {
+                return;
+            }
+        }
+        panic!("the router never got there");
+    }
+
+    /// A blocking ZMTP 3.0 DEALER client, written out byte by byte.
+    fn dealer(router: &mut Router, identity: &[u8]) -> std::net::TcpStream {
+        let addr = parse_endpoint(router.endpoint()).unwrap();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut hello = greeting().to_vec();
+        hello[11] = 0;
+        let mut ready = b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER\x08Identity".to_vec();
+        ready.extend_from_slice(&(identity.len() as u32).to_be_bytes());
+        ready.extend_from_slice(identity);
+        frame::put_frame(&mut hello, frame::COMMAND, &ready);
+        client.write_all(&hello).unwrap();
+        let peers = router.peers();
+        turn_until(router, |r| r.peers() == peers + 1);
+        let mut theirs = vec![0; GREETING_LEN + 2];
+        client.read_exact(&mut theirs).unwrap();
+        let mut their_ready = vec![0; theirs[GREETING_LEN + 1] as usize];
+        client.read_exact(&mut their_ready).unwrap();
+        client
+    }
+
+    #[test]
+    fn messages_carry_the_routing_id_replies_reach_the_peer_and_a_gone_peer_is_unreachable() {
+        let mut router = Router::bind("tcp://127.0.0.1:*", LIMITS, HEARTBEAT).unwrap();
+        let mut w1 = dealer(&mut router, b"w1");
+        let mut anon = dealer(&mut router, b"");
+        let mut wire = Vec::new();
+        put_message(&mut wire, &[&b""[..], b"hello"]);
+        w1.write_all(&wire).unwrap();
+        anon.write_all(&wire).unwrap();
+        let mut got = Vec::new();
+        turn_until(&mut router, |r| {
+            r.drain_messages(|m| got.push(m));
+            got.len() == 2
+        });
+        got.sort();
+        assert_eq!(got[0][0][0], 0, "a generated id starts with a zero byte");
+        assert_eq!(&got[0][1..], &[Bytes::new(), Bytes::from_static(b"hello")]);
+        assert_eq!(got[1][0], Bytes::from_static(b"w1"));
+
+        let reply = [
+            Bytes::from_static(b"w1"),
+            Bytes::new(),
+            Bytes::from_static(b"hi"),
+        ];
+        assert_eq!(router.send(&reply), Sent::Queued);
+        router.flush();
+        let mut back = [0u8; 6];
+        w1.read_exact(&mut back).unwrap();
+        assert_eq!(back, [frame::MORE, 0, 0, 2, b'h', b'i']);
+
+        let stranger = [Bytes::from_static(b"nobody"), Bytes::new()];
+        assert_eq!(router.send(&stranger), Sent::Unreachable);
+        assert_eq!(
+            router.send(&reply[..1]),
+            Sent::Failed,
+            "no frames after the id"
+        );
+        drop(w1);
+        turn_until(&mut router, |r| r.peers() == 1);
+        assert_eq!(
+            router.send(&reply),
+            Sent::Unreachable,
+            "a disconnect forgets the id"
+        );
+    }
+
+    #[test]
+    fn a_peer_that_does_not_read_fills_up() {
+        let mut router = Router::bind("tcp://127.0.0.1:*", LIMITS, HEARTBEAT).unwrap();
+        let _sleeper = dealer(&mut router, b"s");
+        let big = Bytes::from(vec![0u8; 1000]);
+        let msg = [Bytes::from_static(b"s"), big];
+        let mut sent = 0usize;
+        while router.send(&msg) == Sent::Queued {
+            sent += 1;
+            router.flush();
+            assert!(sent < 1_000_000, "never full");
+        }
+        assert!(
+            sent * 1000 >= OUT_HIGH_WATER,
+            "full only past the high-water mark"
+        );
+    }
 
     #[test]
     fn endpoints_are_tcp_host_port() {
