@@ -2,7 +2,7 @@
 //! clock (times are passed in, never slept), and one test per race of Guild Queues
 //! (shared/reference/flows-guild-queues.md §5) showing it cannot happen here.
 
-use jobyard_engine::flows::{FlowDefinition, FlowError, FlowLease, NewFlowJob};
+use jobyard_engine::flows::{FlowChange, FlowDefinition, FlowError, FlowLease, NewFlowJob};
 use jobyard_engine::{Change, ConnId, Engine, Lease, Millis, ReserveOutcome, WaitMode};
 use serde_json::{json, Map, Value};
 
@@ -932,4 +932,80 @@ fn a_waiting_worker_is_fenced_in_the_transition_that_readies_its_job() {
     let other = s.create("f", 1, json!({}));
     let third = s.lease(W1, "a", T0).expect("leased");
     assert_eq!((third.id.as_str(), third.token), (other.as_str(), 1));
+}
+
+/// Snapshot records of the flow jobs in `snap`, by the id of the job each puts.
+fn flow_records(snap: &[Change]) -> std::collections::HashMap<String, bytes::Bytes> {
+    let mut out = std::collections::HashMap::new();
+    for change in snap {
+        let Change::Flow(bytes) = change else {
+            continue;
+        };
+        if let Some(FlowChange::Jobs { put, .. }) = FlowChange::decode(bytes) {
+            if let [job] = &put[..] {
+                out.insert(job.id.clone(), bytes.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Every compaction copies the finished jobs retention keeps. Encoding each afresh made
+/// the server's CPU per flow grow with the finished flows it retains, so a finished job's
+/// snapshot record is the one kept when it ended: two snapshots share the same bytes for
+/// it (nothing was encoded), and those bytes are still exactly the job. A job in flight is
+/// encoded afresh (its token moves without its record).
+#[test]
+fn snapshots_reuse_the_records_of_finished_jobs_instead_of_encoding_them_again() {
+    let mut s = Server::new();
+    s.define(LINEAR);
+    let done: Vec<String> = (0..3)
+        .map(|n| s.create("lin", 1, json!({ "userId": format!("u{n}") })))
+        .collect();
+    for stage in ["prep", "check", "result"] {
+        for _ in &done {
+            let l = s.lease(W1, stage, T0).unwrap();
+            s.complete(W1, &l, json!({ stage: true }));
+        }
+    }
+    let open = s.create("lin", 1, json!({"userId": "open"}));
+    let l = s.lease(W1, "prep", T0).unwrap();
+    s.complete(W1, &l, json!({}));
+    for engine in [&s.e, &s.restarted().e] {
+        let (first, second) = (
+            flow_records(&engine.snapshot()),
+            flow_records(&engine.snapshot()),
+        );
+        for id in &done {
+            assert_eq!(engine.flow_job(id).unwrap().status.as_str(), "done");
+            assert_eq!(
+                first[id].as_ptr(),
+                second[id].as_ptr(),
+                "{id} encoded again"
+            );
+            let fresh = FlowChange::Jobs {
+                put: vec![engine.flow_job(id).unwrap().clone()],
+                gone: Vec::new(),
+            };
+            assert_eq!(
+                &first[id][..],
+                &fresh.encode()[..],
+                "{id}'s kept record is stale"
+            );
+        }
+        assert_ne!(first[&open].as_ptr(), second[&open].as_ptr());
+        let mut rebuilt = Engine::new();
+        engine
+            .snapshot()
+            .into_iter()
+            .for_each(|c| rebuilt.replay(c));
+        for id in done.iter().chain([&open]) {
+            assert_eq!(rebuilt.flow_job(id), engine.flow_job(id), "{id}");
+        }
+    }
+    // Purged jobs leave no record behind in the next snapshot.
+    s.e.tick(T0 + 61 * SEC);
+    let after = flow_records(&s.e.snapshot());
+    assert!(done.iter().all(|id| !after.contains_key(id)));
+    assert!(after.contains_key(&open));
 }

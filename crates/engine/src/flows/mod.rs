@@ -117,11 +117,28 @@ pub(crate) struct Flows {
     /// fresh log (compaction compares the log's size with it).
     pub(crate) sizes: HashMap<String, u64>,
     pub(crate) bytes: u64,
+    /// The snapshot record of each ended job, by engine id, kept from the transition that
+    /// ended it. An ended job no longer changes, yet every compaction copies it until it
+    /// is purged: encoding it afresh each time made the server's CPU per flow grow with
+    /// the finished flows it retains (docs/benchmarks.md, "Flows"). Shared, not copied.
+    pub(crate) ended_records: HashMap<JobId, Bytes>,
     /// Engine jobs fenced when the engine handed them to a waiting session (see
     /// `Engine::flow_fence_served`): that session and the job's reserve count then, so the
     /// hand-out of exactly that lease does not fence again. In memory only: no lease
     /// outlives a restart.
     pub(crate) fenced_on_serve: HashMap<JobId, (crate::ConnId, u32)>,
+}
+
+/// A [`FlowChange::Jobs`] record that puts one job, given as its JSON: the same bytes as
+/// encoding the enum, without copying the job to build one.
+pub(crate) fn jobs_record(job_json: &[u8]) -> Vec<u8> {
+    const HEAD: &[u8] = b"{\"jobs\":{\"put\":[";
+    const TAIL: &[u8] = b"],\"gone\":[]}}";
+    let mut out = Vec::with_capacity(HEAD.len() + job_json.len() + TAIL.len());
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(job_json);
+    out.extend_from_slice(TAIL);
+    out
 }
 
 /// The jobs one transition changed, logged together when it ends.
@@ -160,9 +177,28 @@ impl Flows {
         now.saturating_add(added) <= MAX_STATE_BYTES
     }
 
-    /// Forgets the size of a job that is gone.
-    pub(crate) fn drop_size(&mut self, id: &str) {
+    /// Forgets the size and the kept record of a job that is gone.
+    pub(crate) fn drop_size(&mut self, id: &str, engine_id: JobId) {
         self.bytes -= self.sizes.remove(id).unwrap_or(0);
+        self.forget_ended_record(engine_id);
+    }
+
+    /// Keeps the snapshot record of an ended job (`json` is the job alone), or forgets a
+    /// stale one of a job that is not ended.
+    pub(crate) fn keep_ended_record(&mut self, engine_id: JobId, ended: bool, json: &[u8]) {
+        if ended {
+            self.ended_records
+                .insert(engine_id, Bytes::from(jobs_record(json)));
+        } else {
+            self.forget_ended_record(engine_id);
+        }
+    }
+
+    pub(crate) fn forget_ended_record(&mut self, engine_id: JobId) {
+        // Skip the lookup while nothing has ended (it is on every transition's path).
+        if !self.ended_records.is_empty() {
+            self.ended_records.remove(&engine_id);
+        }
     }
 
     /// Adds a job's index entries (the record is already in `jobs`).
@@ -282,6 +318,9 @@ impl Engine {
             let start = out.len();
             serde_json::to_writer(&mut out, job).expect("flow jobs serialize");
             let size = (out.len() - start) as u64;
+            let (engine_id, ended) = (job.engine_id, job.status.is_end());
+            self.flows
+                .keep_ended_record(engine_id, ended, &out[start..]);
             self.flows.set_size(id, size);
         }
         out.extend_from_slice(b"],\"gone\":");

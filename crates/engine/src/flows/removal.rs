@@ -38,8 +38,8 @@ impl Engine {
             return;
         }
         self.flows.unindex(id);
-        self.flows.drop_size(id);
         let job = self.flows.jobs.remove(id).expect("checked");
+        self.flows.drop_size(id, job.engine_id);
         self.flow_dequeue(job.engine_id);
         touched.gone(id);
         // Removed before its children, so even a cycle in a damaged record ends.

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use crate::change::Change;
-use crate::flows::{FlowChange, FlowStatus};
+use crate::flows::{jobs_record, FlowChange, FlowStatus};
 use crate::{Engine, JobId};
 
 /// The id a snapshot's order uses for "the flow definitions" (job ids start at 1).
@@ -35,8 +35,10 @@ impl Engine {
                     }
                     let queued = matches!(job.status, FlowStatus::Waiting | FlowStatus::Delayed);
                     self.next_id = self.next_id.max(job.engine_id.saturating_add(1));
-                    let size = serde_json::to_vec(&job).map_or(0, |v| v.len() as u64);
-                    self.flows.set_size(&id, size);
+                    let json = serde_json::to_vec(&job).unwrap_or_default();
+                    self.flows
+                        .keep_ended_record(job.engine_id, job.status.is_end(), &json);
+                    self.flows.set_size(&id, json.len() as u64);
                     self.flows.jobs.insert(id.clone(), job);
                     self.flows.index(&id);
                     if queued {
@@ -47,7 +49,11 @@ impl Engine {
             }
             Some(FlowChange::Token { id, token }) => {
                 if let Some(job) = self.flows.jobs.get_mut(&id) {
-                    job.token = job.token.max(token);
+                    if token > job.token {
+                        job.token = token;
+                        let engine_id = job.engine_id;
+                        self.flows.forget_ended_record(engine_id);
+                    }
                 }
             }
             None => {}
@@ -57,7 +63,7 @@ impl Engine {
     fn forget_flow_job(&mut self, id: &str) {
         if let Some(engine_id) = self.flows.jobs.get(id).map(|j| j.engine_id) {
             self.flows.unindex(id);
-            self.flows.drop_size(id);
+            self.flows.drop_size(id, engine_id);
             self.flows.jobs.remove(id);
             self.flow_dequeue(engine_id);
         }
@@ -87,12 +93,11 @@ impl Engine {
             }
             return;
         }
-        if let Some(job) = self.flow_job_of(slot) {
-            let change = FlowChange::Jobs {
-                put: vec![job.clone()],
-                gone: Vec::new(),
-            };
-            out.push(Change::Flow(Bytes::from(change.encode())));
+        if let Some(record) = self.flows.ended_records.get(&slot) {
+            out.push(Change::Flow(record.clone()));
+        } else if let Some(job) = self.flow_job_of(slot) {
+            let json = serde_json::to_vec(job).expect("flow jobs serialize");
+            out.push(Change::Flow(Bytes::from(jobs_record(&json))));
         }
     }
 }
