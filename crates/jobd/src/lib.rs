@@ -12,6 +12,8 @@
 
 pub mod config;
 #[cfg(feature = "mysql")]
+pub mod dedicated;
+#[cfg(feature = "mysql")]
 pub mod engine_slots;
 pub mod ini;
 pub mod jobctl;
