@@ -32,6 +32,8 @@ pub mod slots;
 pub mod spawn;
 #[cfg(feature = "mysql")]
 pub mod store;
+#[cfg(feature = "mysql")]
+pub mod timing;
 pub mod validate;
 #[cfg(feature = "mysql")]
 pub mod worker;
