@@ -7,7 +7,8 @@
 #   bash bench/jobd.sh --quick     # 1000 rows, 100 samples
 #
 # Options: --no-build, --jsonl FILE (one JSON line per measurement), --db-flush 0|1|2
-# (MariaDB innodb_flush_log_at_trx_commit; default 1, MariaDB's own default).
+# (MariaDB innodb_flush_log_at_trx_commit; default 1, MariaDB's own default), --breakdown
+# (the 1x8 worker logs each job's timing at debug level; prints where the latency goes).
 # Prints a markdown section on stdout.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +24,8 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0 ;;
     --jsonl) EXTRA+=(--jsonl "$2"); shift ;;
     --db-flush) EXTRA+=(--db-flush "$2"); shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --breakdown) EXTRA+=(--breakdown) ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift

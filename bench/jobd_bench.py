@@ -5,9 +5,15 @@ For each shape (1 target x concurrency 1, 1 x 8, 4 x 4), with launcher `true`:
   for its targets); jobs finished per second from the first INSERT to the last `done`;
   the worker's CPU per job and RSS (and MariaDB's CPU per job, for scale);
 - latency: one row at a time, INSERT (committed) + poke -> the row read back as `done`
-  (the client re-reads the row until it is; p50/p99 over the samples), poking the worker
-  directly; and, for one shape, through `jobyard jobd-master` (default poke throttle,
-  samples spaced past it so each poke is a first one);
+  (the client re-reads the row every --poll-ms until it is; p50/p99 over the samples),
+  poking the worker directly; and, for one shape, through `jobyard jobd-master` (default
+  poke throttle, samples spaced past it so each poke is a first one). The client sleeps
+  between reads: a busy re-read loop kept a core busy (Python plus MariaDB answering) on a
+  2-core machine and was itself most of the p99; the sleep adds on average half an
+  interval to each sample;
+- with --breakdown, the 1x8 worker logs at debug level and the server-side split of each
+  latency sample (fetch, queue, spawn, run, done write) is printed from its
+  `jobd: job timing` events;
 - the launch floor: `seq N | xargs -P P -n1 true` with P = the shape's total concurrency.
 The 1 x 8 shape is also run with the worker inside `jobyard serve --jobd-config`.
 
@@ -124,7 +130,8 @@ def wait_port(port: int, proc: subprocess.Popen, what: str):
             return
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"{what} did not start: {proc.stderr.read().decode()[-2000:]}")
+                err = proc.stderr.read().decode()[-2000:] if proc.stderr else "see its log"
+                raise RuntimeError(f"{what} did not start: {err}")
             time.sleep(0.02)
 
 
@@ -138,7 +145,7 @@ class Worker:
     listeners off."""
 
     def __init__(self, binary: Path, m, db: Db, shape: dict, tmp: Path, serve: bool,
-                 master_port: int | None = None):
+                 master_port: int | None = None, debug: bool = False):
         self.port = free_port()
         targets = "".join(f"{t} = {c}\n" for t, c in shape.items())
         master = (f"master_host = 127.0.0.1\nmaster_port = {master_port}\n"
@@ -148,15 +155,18 @@ class Worker:
             f"host = 127.0.0.1\nport = {self.port}\nname = bench\n{master}"
             f"mysql_host = 127.0.0.1\nmysql_port = {m.port}\nmysql_user = root\n"
             f"mysql_password = \"\"\nmysql_database = {db.name}\nmysql_table = jobs\n"
-            f"launcher = {TRUE} {{id}}\n[targets]\n{targets}"
+            f"launcher = {TRUE} {{id}}\n"
+            f"{'log_level_console = debug' if debug else ''}\n[targets]\n{targets}"
         )
+        self.log = tmp / f"jobd-{self.port}.log"
         if serve:
             data = tmp / f"data-{self.port}"
             cmd = [str(binary), "serve", "--data-dir", str(data), *listeners_off(binary),
                    "--jobd-config", str(cfg)]
         else:
             cmd = [str(binary), "jobd", "--config", str(cfg)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log, "wb") if debug else subprocess.PIPE)
         wait_port(self.port, self.proc, "the jobd worker")
 
     def stop(self):
@@ -180,8 +190,10 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
         db.insert(rows)
         poke.request("poll", {"targets": sorted(set(rows))})
         sent += k
+    # Every 20 ms: the count is a query MariaDB answers (its CPU is in the per-job figure);
+    # at most 20 ms late on a run of a few seconds.
     while db.done_count() < n:
-        time.sleep(0.005)
+        time.sleep(0.02)
     dt = time.perf_counter() - t0
     cpu = cpu_s(worker.proc.pid) - cpu0
     db_cpu = cpu_s(mariadb_pid) - db_cpu0
@@ -195,20 +207,48 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     }
 
 
-def latency(db: Db, port: int, kind: str, target: str, samples: int, spacing: float) -> dict:
+def latency(db: Db, port: int, kind: str, target: str, samples: int, spacing: float,
+            poll_s: float) -> dict:
     conn = Eot(port)
     lat = []
+    reads = 0
+    ids = []
     for _ in range(samples):
         t0 = time.perf_counter()
         job = db.insert([target])
         conn.request(kind, {"targets": [target]})
         while db.status(job) != "done":
-            pass
+            reads += 1
+            time.sleep(poll_s)
         lat.append((time.perf_counter() - t0) * 1000)
+        ids.append(job)
         if spacing:
             time.sleep(spacing)
     return {"samples": samples, "p50_ms": round(pct(lat, 50), 2), "p99_ms": round(pct(lat, 99), 2),
-            "max_ms": round(max(lat), 2)}
+            "max_ms": round(max(lat), 2), "reads_per_sample": round(reads / samples + 1, 1),
+            "ids": ids, "ms": lat}
+
+
+TIMING = re.compile(r"jobd: job timing.*?\bid=(\d+)(.*)")
+STAGES = ("fetch_us", "queued_us", "spawn_us", "run_us", "write_us", "total_us")
+
+
+def breakdown(log: Path, lat: dict) -> dict:
+    """p50/p99 of each stage of the worker's `jobd: job timing` events for the latency
+    samples' rows, next to the client's own figure (the rest: INSERT, poke, reading back)."""
+    wanted = set(lat["ids"])
+    stages: dict[str, list[float]] = {k: [] for k in STAGES}
+    for line in log.read_text(errors="replace").splitlines():
+        m = TIMING.search(re.sub(r"\x1b\[[0-9;]*m", "", line))
+        if not m or int(m.group(1)) not in wanted:
+            continue
+        fields = dict(re.findall(r"(\w+)=(\d+)", m.group(2)))
+        for k in STAGES:
+            stages[k].append(int(fields.get(k, 0)) / 1000)
+    out = {k: (round(pct(v, 50), 2), round(pct(v, 99), 2)) for k, v in stages.items() if v}
+    out["client_ms"] = (round(pct(lat["ms"], 50), 2), round(pct(lat["ms"], 99), 2))
+    out["rows"] = len(stages["total_us"])
+    return out
 
 
 def launch_floor(n: int, p: int) -> float:
@@ -227,7 +267,12 @@ def main():
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--db-flush", type=int, choices=(0, 1, 2), default=1,
                     help="MariaDB innodb_flush_log_at_trx_commit (1, its default: fsync per commit)")
+    ap.add_argument("--poll-ms", type=float, default=0.25,
+                    help="latency: pause between the client's reads of the row")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="1x8 worker at debug level; print where its latency goes")
     a = ap.parse_args()
+    poll_s = a.poll_ms / 1000
     binary = Path(a.bin)
     tmp = Path(tempfile.mkdtemp(prefix="jobd-bench-"))
     m = jc.Mariadb(tmp)
@@ -254,16 +299,19 @@ def main():
         runs = [(label, shape, False) for label, shape in SHAPES] + [("1x8", SHAPES[1][1], True)]
         for label, shape, serve in runs:
             db = fresh_db()
-            w = Worker(binary, m, db, shape, tmp, serve)
+            debug = a.breakdown and label == "1x8" and not serve
+            w = Worker(binary, m, db, shape, tmp, serve, debug=debug)
             try:
                 tp = throughput(db, w, shape, a.jobs, a.batch, m.proc.pid)
-                lat = latency(db, w.port, "poll", next(iter(shape)), a.samples, 0)
+                lat = latency(db, w.port, "poll", next(iter(shape)), a.samples, 0, poll_s)
             finally:
                 w.stop()
                 db.close()
+            split = breakdown(w.log, lat) if debug else None
+            lat.pop("ids"), lat.pop("ms")
             floor = launch_floor(a.jobs, sum(shape.values()))
             record(shape=label, mode="serve" if serve else "jobd", loadavg=os.getloadavg()[0], **tp,
-                   lat_direct=lat, floor_per_s=floor)
+                   lat_direct=lat, floor_per_s=floor, **({"breakdown": split} if split else {}))
         # Through the master: its poke throttle (default 0.5 s) delays a poke that follows
         # another within the interval, so samples are spaced past it.
         db = fresh_db()
@@ -281,7 +329,8 @@ def main():
                 while not ctl.request("status").get("data", {}).get("workers"):
                     assert time.time() < deadline, "the worker never registered"
                     time.sleep(0.05)
-                lat = latency(db, mport, "poke", "t1", a.master_samples, 0.55)
+                lat = latency(db, mport, "poke", "t1", a.master_samples, 0.55, poll_s)
+                lat.pop("ids"), lat.pop("ms")
             finally:
                 w.stop()
         finally:
@@ -310,6 +359,17 @@ def main():
               f" {r['worker_rss_kib'] / 1024:.1f} / {r['worker_hwm_kib'] / 1024:.1f} |"
               f" {r['lat_direct']['p50_ms']:.2f} / {r['lat_direct']['p99_ms']:.2f} |")
     for r in results:
+        if "breakdown" in r:
+            b = r["breakdown"]
+            print(f"\nWhere the 1x8 latency goes (server side, {b['rows']} rows; p50 / p99 ms):"
+                  f" client INSERT+poke → done {b['client_ms'][0]} / {b['client_ms'][1]};"
+                  f" worker: fetch (BEGIN…COMMIT) {b['fetch_us'][0]} / {b['fetch_us'][1]},"
+                  f" fetched → picked up {b['queued_us'][0]} / {b['queued_us'][1]},"
+                  f" spawn {b['spawn_us'][0]} / {b['spawn_us'][1]},"
+                  f" run (exit + pipes closed) {b['run_us'][0]} / {b['run_us'][1]},"
+                  f" done write {b['write_us'][0]} / {b['write_us'][1]},"
+                  f" fetch start → stored {b['total_us'][0]} / {b['total_us'][1]}.")
+    for r in results:
         if "lat_master" in r:
             lm = r["lat_master"]
             print(f"\nThrough `jobyard jobd-master` (1x8, poke to the master, default"
@@ -318,7 +378,7 @@ def main():
                   f" max {lm['max_ms']:.2f} ms.")
     print(f"\n{a.jobs} rows per throughput run, INSERTed {a.batch} per statement, each batch"
           f" followed by a poke; latency: {a.samples} sequential samples per shape, the client"
-          " re-reading the row until it is `done`. Launcher `true`; MariaDB in a temp dir,"
+          f" re-reading the row every {a.poll_ms} ms until it is `done`. Launcher `true`; MariaDB in a temp dir,"
           f" innodb_flush_log_at_trx_commit = {db_settings['innodb_flush_log_at_trx_commit']}"
           f"{' (its default: an fsync per commit)' if a.db_flush == 1 else ''},"
           f" log_bin = {db_settings['log_bin']} (sync_binlog = {db_settings['sync_binlog']}),"

@@ -12,6 +12,8 @@
 
 pub mod config;
 #[cfg(feature = "mysql")]
+pub mod dedicated;
+#[cfg(feature = "mysql")]
 pub mod engine_slots;
 pub mod ini;
 pub mod jobctl;
@@ -30,6 +32,8 @@ pub mod slots;
 pub mod spawn;
 #[cfg(feature = "mysql")]
 pub mod store;
+#[cfg(feature = "mysql")]
+pub mod timing;
 pub mod validate;
 #[cfg(feature = "mysql")]
 pub mod worker;

@@ -23,6 +23,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -129,27 +130,21 @@ fn resolve(program: &str, extra: &[(String, String)], cwd: Option<&Path>) -> io:
     }))
 }
 
-/// A pipe whose read end (non-blocking, close-on-exec) stays here and whose write end
-/// (blocking, close-on-exec until the child dup2s it onto 1 or 2) goes to the child.
-/// Both are above 2, so that the child's dup2s cannot overwrite each other.
+/// A pipe whose read end stays here and whose write end goes to the child (close-on-exec
+/// until the child dup2s it onto 1 or 2). Both ends are created non-blocking in one call,
+/// which is what the read end needs; the child makes its end blocking again after the
+/// dup2 (one `fcntl` there instead of a `F_GETFL` + `F_SETFL` pair here per pipe: the
+/// worker's own system calls per launch are part of its CPU per job). Both are above 2,
+/// so that the child's dup2s cannot overwrite each other.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both were just created and are owned by nobody else.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let r = above_stdio(r)?;
-    let w = above_stdio(w)?;
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(r.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(r.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok((r, w))
+    Ok((above_stdio(r)?, above_stdio(w)?))
 }
 
 /// `fd` moved to a number above 2 if it is 0, 1 or 2 (a daemon started with closed stdio).
@@ -166,14 +161,22 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
-fn dev_null() -> io::Result<OwnedFd> {
+/// `/dev/null` for the children's stdin, opened once for the life of the daemon (an open
+/// and a close fewer per launch; the child dup2s it, which leaves this one open).
+fn dev_null() -> io::Result<RawFd> {
+    static DEV_NULL: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = DEV_NULL.get() {
+        return Ok(fd.as_raw_fd());
+    }
     // SAFETY: plain open of a constant path.
     let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: just opened.
-    above_stdio(unsafe { OwnedFd::from_raw_fd(fd) })
+    let fd = above_stdio(unsafe { OwnedFd::from_raw_fd(fd) })?;
+    // A thread that lost the race drops its own copy.
+    Ok(DEV_NULL.get_or_init(|| fd).as_raw_fd())
 }
 
 /// Starts `argv` (argv[0] looked up in `PATH` as `execvp` does) in `cwd` with the daemon's
@@ -219,7 +222,7 @@ pub fn spawn(
         sh_argv: sh_ptrs.as_ptr(),
         envp: env_ptrs.as_ptr(),
         cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-        stdin: stdin.as_raw_fd(),
+        stdin,
         stdout: out_w.as_raw_fd(),
         stderr: err_w.as_raw_fd(),
         error: 0,
@@ -307,6 +310,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         check!(libc::dup2(a.stdin, 0));
         check!(libc::dup2(a.stdout, 1));
         check!(libc::dup2(a.stderr, 2));
+        // The pipes were made non-blocking for the daemon's read ends (see `pipe`); the
+        // child's writes must block when a pipe is full, as with any ordinary pipe.
+        check!(libc::fcntl(1, libc::F_SETFL, 0));
+        check!(libc::fcntl(2, libc::F_SETFL, 0));
         if !a.cwd.is_null() {
             check!(libc::chdir(a.cwd));
         }
@@ -413,6 +420,41 @@ mod tests {
         let nums: Vec<&str> = text.split_whitespace().collect();
         if nums.len() == 2 {
             assert_eq!(nums[0], nums[1], "{text}");
+        }
+    }
+
+    #[test]
+    fn the_childs_pipes_block_when_full_and_stdin_is_dev_null() {
+        // The pipes are created non-blocking for the daemon's side; the child's ends must
+        // block again, or a job writing more than a pipe holds would get EAGAIN and lose
+        // output. Run twice: /dev/null is opened once and shared.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for _ in 0..2 {
+            let script = "cat; head -c 300000 /dev/zero; echo tail >&2";
+            let argv: Vec<String> = ["sh", "-c", script].map(String::from).to_vec();
+            let s = match spawn(&argv, None, &[]) {
+                Ok(s) => s,
+                Err(SpawnError::Unsupported) => return,
+                Err(SpawnError::Failed(e)) => panic!("{e}"),
+            };
+            let (_, pidfd, out, err) = s.into_parts();
+            let (status, out, err) = rt.block_on(async {
+                let read = |fd| async move {
+                    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).unwrap();
+                    let mut buf = Vec::new();
+                    tokio::io::AsyncReadExt::read_to_end(&mut rx, &mut buf)
+                        .await
+                        .unwrap();
+                    buf
+                };
+                tokio::join!(Spawned::wait(pidfd), read(out), read(err))
+            });
+            assert_eq!(status.unwrap(), (Some(0), None));
+            assert_eq!(out.len(), 300_000);
+            assert_eq!(err, b"tail\n");
         }
     }
 

@@ -11,12 +11,14 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row};
 
 use crate::config::MysqlConfig;
+use crate::dedicated::Dedicated;
 use crate::launcher::{signal_name, Outcome};
 use crate::metrics::JobdMetrics;
 
@@ -27,6 +29,10 @@ pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
 #[derive(Clone)]
 pub struct Store {
     pool: MySqlPool,
+    /// The fetches' connection (the worker runs one fetch at a time).
+    fetcher: Arc<Dedicated>,
+    /// The final writes' connection (one writer task).
+    writer: Arc<Dedicated>,
     table: String,
     metrics: Option<JobdMetrics>,
 }
@@ -60,6 +66,50 @@ fn id_list(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// `BEGIN` and one `SELECT … FOR UPDATE SKIP LOCKED` per wanted target, as one text batch
+/// (one round trip instead of one for `BEGIN` and one per target). Each row carries the
+/// index of its target in `wants` as `w`. Targets are written as hex literals with a
+/// character set introducer: no escaping to get wrong whatever the name or `sql_mode`,
+/// and, being literals, they compare under the column's collation as a bound value would.
+fn select_waiting_sql(table: &str, wants: &[(String, u64)]) -> String {
+    let mut sql = String::from("BEGIN");
+    for (i, (target, limit)) in wants.iter().enumerate() {
+        if *limit == 0 {
+            continue;
+        }
+        let hex: String = target.bytes().map(|b| format!("{b:02X}")).collect();
+        let literal = if hex.is_empty() {
+            "''".to_string()
+        } else {
+            format!("_utf8mb4 X'{hex}'")
+        };
+        sql.push_str(&format!(
+            "; SELECT id, {i} AS w FROM {table} WHERE status='waiting' AND target={literal} \
+             ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED"
+        ));
+    }
+    sql
+}
+
+/// The batched `done` UPDATE for `rows` rows. Its text depends only on the row count, so
+/// each size is prepared once per connection and then reused (the writer's batches are
+/// capped, which bounds the number of statements a connection keeps prepared).
+fn done_batch_sql(table: &str, rows: usize) -> String {
+    let case = |col: &str| {
+        let arms = " WHEN ? THEN ?".repeat(rows);
+        format!("{col} = CASE id{arms} END")
+    };
+    let marks = vec!["?"; rows].join(",");
+    format!(
+        "UPDATE {table} SET status='done', {}, time_finished=?, {}, {}, {}, {} WHERE id IN ({marks})",
+        case("result"),
+        case("return_code"),
+        case("sig"),
+        case("stdout"),
+        case("stderr"),
+    )
+}
+
 impl Store {
     /// A pool for `cfg`, connecting lazily so the daemon serves even while MySQL is down.
     pub fn connect(cfg: &MysqlConfig, max_connections: u32) -> Store {
@@ -76,9 +126,11 @@ impl Store {
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(opts);
+            .connect_lazy_with(opts.clone());
         Store {
             pool,
+            fetcher: Arc::new(Dedicated::new(opts.clone())),
+            writer: Arc::new(Dedicated::new(opts)),
             table: format!("`{}`", cfg.table.replace('`', "``")),
             metrics: None,
         }
@@ -107,10 +159,11 @@ impl Store {
     /// time_started` (jobd's order; one commit instead of two, which halves the fsyncs
     /// before a job can start). Returned rows are `running`.
     ///
-    /// Three round trips for one target: `BEGIN`, the prepared `SELECT … FOR UPDATE SKIP
-    /// LOCKED` (its text never changes, so it is prepared once per connection), and both
-    /// UPDATEs with the `COMMIT` sent as one text-protocol batch (their id lists change
-    /// every time: preparing them would cost a round trip and a server-side prepare each).
+    /// Two round trips whatever the number of targets: `BEGIN` with every target's `SELECT
+    /// … FOR UPDATE SKIP LOCKED` as one text batch, then both UPDATEs with the `COMMIT` as
+    /// another (their id lists change every time: preparing them would cost a round trip
+    /// and a server-side prepare each). The first batch is on the path from a poke to the
+    /// launch, so every round trip saved there shortens it.
     ///
     /// (Boxed: the text-protocol executor's lifetimes are too general for the compiler to
     /// see the future is `Send` from a spawned task; boxing settles them here.)
@@ -119,12 +172,12 @@ impl Store {
         wants: &'a [(String, u64)],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
-            let mut conn = self.pool.acquire().await?;
-            let result = self.claim_waiting(&mut conn, wants).await;
+            let mut held = self.fetcher.lock().await?;
+            let result = self.claim_waiting(held.conn(), wants).await;
             if result.is_err() {
-                // The transaction may still be open on this connection: never hand it
-                // back to the pool (closing it rolls back).
-                let _ = conn.close().await;
+                // The transaction may still be open on this connection: never use it
+                // again (closing it rolls back).
+                held.discard();
             }
             result
         })
@@ -135,27 +188,18 @@ impl Store {
         conn: &mut sqlx::MySqlConnection,
         wants: &[(String, u64)],
     ) -> Result<Vec<Claimed>, sqlx::Error> {
-        conn.execute("BEGIN").await?;
-        let mut claimed = Vec::new();
-        let sql = format!(
-            "SELECT id FROM {} WHERE status='waiting' AND target=? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-            self.table
-        );
-        for (target, limit) in wants {
-            if *limit == 0 {
+        let select = select_waiting_sql(&self.table, wants);
+        let rows = conn.fetch_all(select.as_str()).await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let want: i64 = row.try_get("w")?;
+            let Some((target, _)) = usize::try_from(want).ok().and_then(|i| wants.get(i)) else {
                 continue;
-            }
-            let rows = sqlx::query(&sql)
-                .bind(target)
-                .bind(*limit)
-                .fetch_all(&mut *conn)
-                .await?;
-            for row in rows {
-                claimed.push(Claimed {
-                    id: row_id(&row)?,
-                    target: target.clone(),
-                });
-            }
+            };
+            claimed.push(Claimed {
+                id: row_id(&row)?,
+                target: target.clone(),
+            });
         }
         let finish = if claimed.is_empty() {
             "COMMIT".to_string()
@@ -289,29 +333,42 @@ impl Store {
         }
     }
 
-    /// Writes the ends of several jobs in one transaction (one commit instead of one per
-    /// job). On any error nothing is written and the caller writes them one by one with
+    /// Writes the ends of several jobs with one UPDATE (one statement, one round trip,
+    /// one commit, instead of `BEGIN`, an UPDATE per job and `COMMIT`): each column is a
+    /// `CASE id WHEN … THEN … END` over the rows, in the same column order as
+    /// [`Store::finish`]. A row deleted by the user meanwhile is simply not matched. On any
+    /// error nothing is written and the caller writes them one by one with
     /// [`Store::finish`], which retries and sanitises.
     pub async fn finish_batch(&self, ends: &[(u64, &Outcome)]) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let sql = format!(
-            "UPDATE {} SET status='done', result=?, time_finished=?, return_code=?, sig=?, stdout=?, stderr=? WHERE id=?",
-            self.table
-        );
-        let now = now();
+        let sql = done_batch_sql(&self.table, ends.len());
+        let mut q = sqlx::query(&sql);
         for (id, o) in ends {
-            sqlx::query(&sql)
-                .bind(if o.ok() { "ok" } else { "fail" })
-                .bind(now)
-                .bind(o.code.map(|c| c.clamp(0, 255)))
-                .bind(o.signal.map(signal_name))
-                .bind(truncate(&o.stdout, MEDIUMTEXT_MAX))
-                .bind(truncate(&o.stderr, MEDIUMTEXT_MAX))
-                .bind(*id)
-                .execute(&mut *tx)
-                .await?;
+            q = q.bind(*id).bind(if o.ok() { "ok" } else { "fail" });
         }
-        tx.commit().await
+        q = q.bind(now());
+        for (id, o) in ends {
+            q = q.bind(*id).bind(o.code.map(|c| c.clamp(0, 255)));
+        }
+        for (id, o) in ends {
+            q = q.bind(*id).bind(o.signal.map(signal_name));
+        }
+        for (id, o) in ends {
+            q = q.bind(*id).bind(truncate(&o.stdout, MEDIUMTEXT_MAX));
+        }
+        for (id, o) in ends {
+            q = q.bind(*id).bind(truncate(&o.stderr, MEDIUMTEXT_MAX));
+        }
+        for (id, _) in ends {
+            q = q.bind(*id);
+        }
+        let mut held = self.writer.lock().await?;
+        if let Err(e) = q.execute(held.conn()).await {
+            if !is_data_error(&e) {
+                held.discard();
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     async fn write_done(
@@ -325,16 +382,21 @@ impl Store {
             "UPDATE {} SET status='done', result=?, time_finished=?, return_code=?, sig=?, stdout=?, stderr=? WHERE id=?",
             self.table
         );
-        sqlx::query(&sql)
+        let q = sqlx::query(&sql)
             .bind(if o.ok() { "ok" } else { "fail" })
             .bind(now())
             .bind(o.code.map(|c| c.clamp(0, 255)))
             .bind(o.signal.map(signal_name))
             .bind(stdout)
             .bind(stderr)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+            .bind(id);
+        let mut held = self.writer.lock().await?;
+        if let Err(e) = q.execute(held.conn()).await {
+            if !is_data_error(&e) {
+                held.discard();
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -403,8 +465,10 @@ impl Store {
         Ok((released, failed))
     }
 
-    /// Closes the pool.
+    /// Closes the pool and the fetch and write connections.
     pub async fn close(&self) {
+        self.fetcher.close().await;
+        self.writer.close().await;
         self.pool.close().await;
     }
 }

@@ -29,6 +29,7 @@ use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
 use crate::slots::{Scheduler, Start};
 use crate::store::{Claimed, Store};
+use crate::timing::{Fetched, JobClock};
 use crate::validate;
 use crate::writer::DoneWriter;
 
@@ -45,8 +46,9 @@ struct State {
     waiters: HashMap<u64, Waiter>,
     /// Process group of each running job.
     running: HashMap<u64, i32>,
-    /// Fetched rows already marked `running` in the table (they need no second write).
-    premarked: BTreeSet<u64>,
+    /// Fetched rows already marked `running` in the table (they need no second write),
+    /// with the fetch that took them (for the debug timing of each job).
+    premarked: BTreeMap<u64, Fetched>,
     /// Each target's figures (looked up once per target, not per job).
     target_metrics: HashMap<String, Arc<LabelledRow>>,
 }
@@ -240,7 +242,7 @@ impl Worker {
                     retry_pause: Duration::from_millis(200),
                     waiters: HashMap::new(),
                     running: HashMap::new(),
-                    premarked: BTreeSet::new(),
+                    premarked: BTreeMap::new(),
                     target_metrics,
                 }),
                 writer: DoneWriter::new(store.clone()),
@@ -538,7 +540,12 @@ impl Worker {
     }
 
     async fn fetch(&self, wants: Vec<(String, u64)>) {
+        let began = std::time::Instant::now();
         let result = self.inner.store.fetch_waiting(&wants).await;
+        let fetched = Fetched {
+            began,
+            committed: std::time::Instant::now(),
+        };
         let mut retry_in = None;
         let mut orphans = Vec::new();
         {
@@ -557,7 +564,7 @@ impl Worker {
                     for r in &rows {
                         if st.sched.free(&r.target) > 0 {
                             st.sched.push(&r.target, r.id);
-                            st.premarked.insert(r.id);
+                            st.premarked.insert(r.id, fetched);
                         } else {
                             // The target was paused, filled by run-manual or removed while
                             // the fetch ran: hand the row back rather than hold a `running`
@@ -631,8 +638,9 @@ impl Worker {
         let id = start.id;
         let mut pause = Duration::from_millis(100);
         let premarked = self.inner.state.lock().unwrap().premarked.remove(&id);
+        let mut clock = JobClock::new(premarked);
         let marked = loop {
-            if premarked {
+            if premarked.is_some() {
                 break Some(true);
             }
             match self.inner.store.mark_running(id).await {
@@ -664,6 +672,7 @@ impl Worker {
                     Ok(Outcome::spawn_failed(msg))
                 }
                 Ok(running) => {
+                    clock.launched();
                     if let Some(f) = &figures {
                         f.inc(metrics::LAUNCHED);
                         f.inc(metrics::RUNNING);
@@ -685,6 +694,7 @@ impl Worker {
             Some(false) => Err(format!("job {id} not found")),
             None => Err("worker is shutting down".to_string()),
         };
+        clock.ended();
         self.inner
             .state
             .lock()
@@ -703,6 +713,7 @@ impl Worker {
             Err(e) => Err(e),
         };
         if let Ok(o) = &outcome {
+            clock.stored(id);
             let p = &self.inner.metrics.protocol;
             if let Some(f) = &figures {
                 f.inc(metrics::FINISHED);

@@ -1,6 +1,8 @@
-//! Write-behind for the final `done` UPDATEs: one task writes them, and the ends of jobs
-//! that arrive while a write is in flight go together into the next one, in one
-//! transaction (one commit, one fsync, instead of one per job).
+//! Write-behind for the final `done` UPDATEs, group-commit style: one task writes them,
+//! at once when it is idle (a lone job's row is written without waiting for company), and
+//! the ends of jobs that arrive while a write is in flight go together into the next one,
+//! as one UPDATE statement (one round trip, one commit, one fsync, instead of one each per
+//! job; see [`Store::finish_batch`]).
 //!
 //! Nothing is acknowledged before it is stored: [`DoneWriter::write`] returns when the
 //! row is `done` in the table, so a run-manual caller hears of its job, and a shutdown

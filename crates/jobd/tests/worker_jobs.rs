@@ -678,3 +678,125 @@ async fn jobs_ending_together_are_all_written_even_when_one_row_rejects_its_outp
     }
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_batched_done_write_stores_each_rows_own_end_and_skips_a_deleted_row() {
+    // The writer stores the ends of jobs that finish together with one UPDATE (a CASE per
+    // column). Every row must get its own values, NULLs included, and a row the user
+    // deleted meanwhile must neither fail the batch nor come back.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let ids: Vec<u64> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(db.insert("t1", "running").await);
+        }
+        v
+    };
+    db.exec(&format!("DELETE FROM jobs WHERE id={}", ids[1]))
+        .await;
+    let store = Store::connect(
+        &MysqlConfig {
+            host: "127.0.0.1".into(),
+            port: db.port,
+            user: "root".into(),
+            password: String::new(),
+            database: db.name.clone(),
+            table: "jobs".into(),
+        },
+        2,
+    );
+    let outcome = |code: Option<i32>, signal: Option<i32>, out: &str, err: &str| Outcome {
+        code,
+        signal,
+        stdout: out.into(),
+        stderr: err.into(),
+    };
+    let ends = [
+        outcome(Some(0), None, "first\n", ""),
+        outcome(Some(0), None, "deleted", ""),
+        outcome(None, Some(15), "", "killed"),
+        outcome(Some(3), None, "it's \\ 'quoted'", "é"),
+    ];
+    let batch: Vec<(u64, &Outcome)> = ids.iter().copied().zip(ends.iter()).collect();
+    store.finish_batch(&batch).await.unwrap();
+
+    assert!(db.row(ids[1]).await.is_none(), "a deleted row came back");
+    let r = db.row(ids[0]).await.unwrap();
+    assert_eq!(
+        (
+            r.status.as_str(),
+            r.result.as_deref(),
+            r.return_code,
+            r.sig.as_deref()
+        ),
+        ("done", Some("ok"), Some(0), None)
+    );
+    assert_eq!(
+        (r.stdout.as_deref(), r.stderr.as_deref()),
+        (Some("first\n"), Some(""))
+    );
+    assert!(r.time_finished > 0);
+    let r = db.row(ids[2]).await.unwrap();
+    assert_eq!(
+        (
+            r.status.as_str(),
+            r.result.as_deref(),
+            r.return_code,
+            r.sig.as_deref()
+        ),
+        ("done", Some("fail"), None, Some("SIGTERM"))
+    );
+    assert_eq!(r.stderr.as_deref(), Some("killed"));
+    let r = db.row(ids[3]).await.unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.result.as_deref(), r.return_code),
+        ("done", Some("fail"), Some(3))
+    );
+    assert_eq!(
+        (r.stdout.as_deref(), r.stderr.as_deref()),
+        (Some("it's \\ 'quoted'"), Some("é"))
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn one_fetch_serves_several_targets_whatever_their_names() {
+    // A fetch sends every target's SELECT in one batch, with the names as literals: names
+    // with quotes, backslashes or non-ASCII letters must match their rows exactly (and
+    // case-insensitively, as the column's collation compares), and each row must be
+    // credited to its own target.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "plain = 2\n", ""))
+        .await
+        .unwrap();
+    let names = ["it's", "back\\slash", "Zürich"];
+    let mut c = Client::connect(w.addr).await;
+    for n in names {
+        c.ok("add-target", json!({"target": n, "concurrency": 2}))
+            .await;
+    }
+    let mut rows = Vec::new();
+    for n in names.iter().chain(["plain", "zÜRICH"].iter()) {
+        rows.push((n.to_string(), db.insert(n, "waiting").await));
+    }
+    let other = db.insert("it", "waiting").await;
+    let mut all: Vec<&str> = names.to_vec();
+    all.push("plain");
+    c.ok("poll", json!({ "targets": all })).await;
+    for (n, id) in &rows {
+        let r = db.wait_status(*id, "done").await;
+        assert_eq!(r.result.as_deref(), Some("ok"), "{n}");
+        assert_eq!(r.stdout.as_deref(), Some(format!("id={id}\n").as_str()));
+    }
+    assert_eq!(
+        db.row(other).await.unwrap().status,
+        "waiting",
+        "a row of a target nobody polled was taken"
+    );
+    w.shutdown().await;
+}

@@ -1,0 +1,70 @@
+//! A MySQL connection kept for one user that needs one at a time (the worker's fetches,
+//! which it runs one after another, and the done writer's task), outside the pool.
+//!
+//! Why not the pool: sqlx's pool pings a connection (`COM_PING`, a round trip) when it
+//! hands it out and again when it is given back, so every fetch or final write cost two
+//! extra round trips, and two wake-ups of a MariaDB thread, on top of its own statements.
+//! Kept here, the connection is checked by use: any error that may have left it unusable
+//! drops it (the server rolls back an open transaction when the socket closes), and the
+//! next use opens a new one.
+
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::{Mutex, MutexGuard};
+
+/// How long opening a connection may take (the pool's acquire timeout, as before).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection, opened on first use and again after an error dropped it.
+pub struct Dedicated {
+    opts: MySqlConnectOptions,
+    conn: Mutex<Option<MySqlConnection>>,
+}
+
+/// The connection, held until dropped (or discarded after an error).
+pub struct Held<'a> {
+    guard: MutexGuard<'a, Option<MySqlConnection>>,
+}
+
+impl Dedicated {
+    /// A connection to be opened with `opts` when first needed.
+    pub fn new(opts: MySqlConnectOptions) -> Dedicated {
+        Dedicated {
+            opts,
+            conn: Mutex::new(None),
+        }
+    }
+
+    /// Waits for the connection, opening it if there is none.
+    pub async fn lock(&self) -> Result<Held<'_>, sqlx::Error> {
+        let mut guard = self.conn.lock().await;
+        if guard.is_none() {
+            let connect = tokio::time::timeout(CONNECT_TIMEOUT, self.opts.connect());
+            *guard = Some(connect.await.map_err(|_| sqlx::Error::PoolTimedOut)??);
+        }
+        Ok(Held { guard })
+    }
+
+    /// Closes the connection, if open (on shutdown).
+    pub async fn close(&self) {
+        if let Some(conn) = self.conn.lock().await.take() {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+impl Held<'_> {
+    /// The open connection.
+    pub fn conn(&mut self) -> &mut MySqlConnection {
+        self.guard
+            .as_mut()
+            .expect("Dedicated::lock always leaves a connection")
+    }
+
+    /// Drops the connection after an error: the next [`Dedicated::lock`] opens a new one.
+    pub fn discard(mut self) {
+        self.guard.take();
+    }
+}
