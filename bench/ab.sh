@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Two jobyard binaries side by side on the hot-path workloads, to tell whether a change
-# costs anything: beanstalkd put and drain, Gearman drain, each on a fresh server
+# costs anything: beanstalkd put, drain and e2e (saturated and at fixed rates of 1k, 5k and
+# 10k jobs/s, where moderate-load CPU is decided), Gearman drain, each on a fresh server
 # (--fsync never), alternating A, B, A, B, ... for N rounds in one run, so both binaries
 # see the same machine within seconds of each other.
 #
 #   bash bench/ab.sh --a OLD/jobyard --b target/release/jobyard [--rounds 5] [--duration 2]
-#                    [--drain JOBS] [--only bs-put|bs-drain|g-drain]
+#                    [--drain JOBS] [--only WL[,WL...]]
+#
+# Workloads: bs-put, bs-drain, bs-e2e, bs-e2e-1k, bs-e2e-5k, bs-e2e-10k, g-drain.
 #
 # Keep a copy of the "before" binary (cp target/release/jobyard /tmp/jobyard-before) before
 # building the change. Prints, per workload, the median jobs/s and server CPU µs per job of
@@ -30,7 +33,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift ;;
     --drain) DRAIN=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift
@@ -46,6 +49,10 @@ JSONL="$TMP/runs.jsonl"
 WORKLOADS=(
   "bs-put|jobyard-beanstalk|beanstalk put --conns 8 --pipeline 32 --size 100 --count 2000000 --duration $DURATION"
   "bs-drain|jobyard-beanstalk|beanstalk drain --conns 8 --workers 8 --size 100 --count $DRAIN --duration 60"
+  "bs-e2e|jobyard-beanstalk|beanstalk e2e --conns 8 --workers 8 --size 100 --count 2000000 --duration $DURATION"
+  "bs-e2e-1k|jobyard-beanstalk|beanstalk e2e --conns 8 --workers 8 --size 100 --count 2000000 --duration $DURATION --rate 1000"
+  "bs-e2e-5k|jobyard-beanstalk|beanstalk e2e --conns 8 --workers 8 --size 100 --count 2000000 --duration $DURATION --rate 5000"
+  "bs-e2e-10k|jobyard-beanstalk|beanstalk e2e --conns 8 --workers 8 --size 100 --count 2000000 --duration $DURATION --rate 10000"
   "g-drain|jobyard-gearman|gearman drain --conns 8 --workers 8 --size 100 --count $DRAIN --duration 60"
 )
 
@@ -53,7 +60,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
   for spec in "${WORKLOADS[@]}"; do
     IFS='|' read -r wl kind args <<<"$spec"
-    [ -n "$ONLY" ] && [ "$ONLY" != "$wl" ] && continue
+    [ -n "$ONLY" ] && [[ ",$ONLY," != *",$wl,"* ]] && continue
     for side in a b; do
       if [ "$side" = a ]; then JY=$A; else JY=$B; fi
       dir="$TMP/$wl-$side-$round"
