@@ -6,7 +6,7 @@
 # see the same machine within seconds of each other.
 #
 #   bash bench/ab.sh --a OLD/jobyard --b target/release/jobyard [--rounds 5] [--duration 2]
-#                    [--drain JOBS] [--only WL[,WL...]]
+#                    [--drain JOBS] [--only WL[,WL...]] [--fsync never|always|interval=MS]
 #
 # Workloads: bs-put, bs-drain, bs-e2e, bs-e2e-1k, bs-e2e-5k, bs-e2e-10k, g-drain.
 #
@@ -25,6 +25,7 @@ ROUNDS=5
 DURATION=2
 DRAIN=100000
 ONLY=""
+FSYNC=never
 while [ $# -gt 0 ]; do
   case $1 in
     --a) A=$2; shift ;;
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift ;;
     --drain) DRAIN=$2; shift ;;
     --only) ONLY=$2; shift ;;
+    --fsync) FSYNC=$2; shift ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -66,13 +68,13 @@ for round in $(seq 1 "$ROUNDS"); do
       dir="$TMP/$wl-$side-$round"
       mkdir -p "$dir"
       port=$(free_port)
-      start_server "$kind" never "$dir" "$port" || die "server $side did not start"
+      start_server "$kind" "$FSYNC" "$dir" "$port" || die "server $side did not start"
       # shellcheck disable=SC2086 # args are split on purpose
       line=$("$JB" $args --addr "127.0.0.1:$port" --server-pid "$SERVER_PID" --json \
         --tag "wl=$wl" --tag "side=$side" --tag "round=$round" 2>"$dir/bench.err" </dev/null | tail -n1)
       stop_server
       echo "$line" >>"$JSONL"
-      log "round $round $wl $side: $(printf '%s' "$line" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["jobs_per_s"]), "jobs/s,", d["server_cpu_us_per_job"], "us/job")')"
+      log "round $round $wl $side: $(printf '%s' "$line" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["jobs_per_s"]), "jobs/s,", d["server_cpu_us_per_job"], "us/job, p50", d["lat_p50_us"], "p99", d["lat_p99_us"], "us")')"
       rm -rf "$dir"
     done
   done
@@ -83,12 +85,13 @@ python3 - "$JSONL" "$LOAD_BEFORE" "$LOAD_AFTER" <<'EOF'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print(f"load average before: {sys.argv[2]}; after: {sys.argv[3]}")
-print("| workload | A jobs/s | B jobs/s | B/A | A CPU µs/job | B CPU µs/job | B/A | rounds |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| workload | A jobs/s | B jobs/s | B/A | A CPU µs/job | B CPU µs/job | B/A | A p50/p99 µs | B p50/p99 µs | rounds |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for wl in dict.fromkeys(r["wl"] for r in runs):
     side = {s: [r for r in runs if r["wl"] == wl and r["side"] == s] for s in "ab"}
     jps = {s: statistics.median(r["jobs_per_s"] for r in side[s]) for s in "ab"}
     cpu = {s: statistics.median(r["server_cpu_us_per_job"] for r in side[s]) for s in "ab"}
+    lat = {s: "/".join(f"{statistics.median(r[k] for r in side[s]):,.0f}" for k in ("lat_p50_us", "lat_p99_us")) for s in "ab"}
     print(f"| {wl} | {jps['a']:,.0f} | {jps['b']:,.0f} | {jps['b'] / jps['a']:.3f} | "
-          f"{cpu['a']:.2f} | {cpu['b']:.2f} | {cpu['b'] / cpu['a']:.3f} | {len(side['a'])} |")
+          f"{cpu['a']:.2f} | {cpu['b']:.2f} | {cpu['b'] / cpu['a']:.3f} | {lat['a']} | {lat['b']} | {len(side['a'])} |")
 EOF
