@@ -86,10 +86,10 @@ pub struct RecoveryReport {
 /// A frame cut off at the end of the newest segment is a crash in the middle of a write
 /// whose reply was never sent: it is dropped and the file truncated. Zeros after its last
 /// record are space filled ahead of the records (`always` mode): cut, and not reported.
-/// Any other damage is a [`RecoveryError::Corrupt`], and a file the log needs that is not there (a gap in the
-/// segments, the snapshot they start from, a successor a segment names) is a
-/// [`RecoveryError::Missing`], unless `salvage` is set, in which case what cannot be read
-/// is skipped and reported.
+/// Any other damage is a [`RecoveryError::Corrupt`], and a file the log needs that is not
+/// there (a gap in the segments, the snapshot they start from, a successor a segment names)
+/// is a [`RecoveryError::Missing`], unless `salvage` is set, in which case what cannot be
+/// read is skipped and reported.
 pub fn recover(
     dir: &Path,
     salvage: bool,
