@@ -627,7 +627,18 @@ fn in_always_mode_only_the_newest_segment_ends_in_zeros() {
         )));
         wait_durable(&log, lsn);
     }
-    let newest = log.current_segment();
+    // The writer rolls over after a batch is durable: wait until it has finished (the
+    // newest file is the current segment), so the copy is what a crash at one instant
+    // leaves, not files copied at different stages of a roll-over.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let newest = loop {
+        let newest = log.current_segment();
+        if segment(dir.path(), newest).exists() && !segment(dir.path(), newest + 1).exists() {
+            break newest;
+        }
+        assert!(Instant::now() < deadline, "the roll-over never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    };
     assert!(newest > 3, "only {newest} segments");
     let copy = tempfile::tempdir().unwrap();
     for seq in 1..=newest {
