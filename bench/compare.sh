@@ -104,6 +104,9 @@ workloads() {
       # Moderate load, where a user's CPU bill is decided (docs/performance.md).
       echo "e2e-1k|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate 1000"
       echo "e2e-5k|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate 5000"
+    else
+      # Durable latency at a rate an in-memory peer manages (issue 14: p99 <= 250 us).
+      echo "e2e-5k|beanstalk e2e --conns 8 --workers 8 --size 100 --count $PUT_MAX --duration $DURATION --rate 5000"
     fi
   else
     echo "submit-bg|gearman submit-bg --conns 8 --pipeline 32 --size 100 --count $PUT_MAX --duration $DURATION"

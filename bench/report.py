@@ -192,6 +192,32 @@ def floor_table(path):
     ]
 
 
+DURABLE_P99_GOAL_US = 250
+
+
+def durable_latency(path):
+    """jobyard --fsync always at 5,000 jobs/s: the e2e latency a durable deployment sees at
+    moderate load, against the goal and beside the in-memory peer at the same rate."""
+    runs = [json.loads(line) for line in open(path) if line.strip()]
+    ok = [r for r in runs if "error" not in r and r.get("jobs") and not r.get("errors")]
+
+    def pick(pair, side, key):
+        return med([r.get(key) for r in ok if r["pair"] == pair and r["wl"] == "e2e-5k" and r["side"] == side])
+
+    p99 = pick("bs-fsync", "jobyard", "lat_p99_us")
+    if p99 is None:
+        return []
+    p50 = pick("bs-fsync", "jobyard", "lat_p50_us")
+    mem = pick("bs-mem", "peer", "lat_p99_us")
+    verdict = "met" if p99 <= DURABLE_P99_GOAL_US else "not met"
+    return [
+        "## Durable latency (jobyard --fsync always, e2e at 5,000 jobs/s)",
+        "",
+        f"p50 {fmt(p50)} µs, p99 {fmt(p99)} µs (goal ≤ {DURABLE_P99_GOAL_US} µs: {verdict}); "
+        f"beanstalkd in memory at the same rate: p99 {fmt(mem)} µs. Medians over the rounds.",
+    ]
+
+
 def memory_table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     out = ["## Memory and restart", ""]
@@ -237,6 +263,10 @@ def main():
     if floor:
         lines.append("")
         lines.extend(floor)
+    durable = durable_latency(a.runs)
+    if durable:
+        lines.append("")
+        lines.extend(durable)
     if a.memory:
         lines.append("")
         lines.extend(memory_table(a.memory))

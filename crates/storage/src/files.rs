@@ -143,7 +143,12 @@ pub(crate) fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> 
 }
 
 /// Gives back the blocks reserved past the end of a file that will not grow any more.
+/// Zeros written ahead of the records (`always` mode) are cut off as well.
 pub(crate) fn release_preallocation(file: &File, len: u64, reserved_to: u64) {
+    if file.metadata().is_ok_and(|m| m.len() > len) {
+        // Failure only leaves a zero tail, which recovery reads as the end of the records.
+        let _ = file.set_len(len);
+    }
     if reserved_to <= len {
         return;
     }

@@ -84,11 +84,12 @@ pub struct RecoveryReport {
 /// Reads the data directory and hands every change, in order, to `apply`.
 ///
 /// A frame cut off at the end of the newest segment is a crash in the middle of a write
-/// whose reply was never sent: it is dropped and the file truncated. Any other damage is a
-/// [`RecoveryError::Corrupt`], and a file the log needs that is not there (a gap in the
-/// segments, the snapshot they start from, a successor a segment names) is a
-/// [`RecoveryError::Missing`], unless `salvage` is set, in which case what cannot be read
-/// is skipped and reported.
+/// whose reply was never sent: it is dropped and the file truncated. Zeros after its last
+/// record are space filled ahead of the records (`always` mode): cut, and not reported.
+/// Any other damage is a [`RecoveryError::Corrupt`], and a file the log needs that is not
+/// there (a gap in the segments, the snapshot they start from, a successor a segment names)
+/// is a [`RecoveryError::Missing`], unless `salvage` is set, in which case what cannot be
+/// read is skipped and reported.
 pub fn recover(
     dir: &Path,
     salvage: bool,
@@ -328,7 +329,9 @@ fn read_segment(
     let read = read_frames(path, &data, from, last, salvage, report, apply)?;
     if read.good_end < data.len() {
         let dropped = (data.len() - read.good_end) as u64;
-        report.torn_tail = Some((path.to_path_buf(), read.good_end as u64, dropped));
+        if !read.zero_tail {
+            report.torn_tail = Some((path.to_path_buf(), read.good_end as u64, dropped));
+        }
         let file = OpenOptions::new()
             .write(true)
             .open(path)
@@ -347,10 +350,12 @@ fn read_segment(
 struct FramesRead {
     good_end: usize,
     successor: Option<u64>,
+    /// The data ends in zeros: space the writer filled ahead of its records, not damage.
+    zero_tail: bool,
 }
 
 /// Applies the frames of `data` from `offset`. Returns where the readable data ends, which
-/// is before the end only for a torn tail (when `tail_may_tear`).
+/// is before the end only for a torn or zero tail (when `tail_may_tear`).
 fn read_frames(
     path: &Path,
     data: &[u8],
@@ -383,11 +388,22 @@ fn read_frames(
             Frame::Incomplete => "record runs past the end of the file".to_string(),
             Frame::Bad => "bad length or checksum".to_string(),
         };
+        // In `always` mode the newest segment is zero-filled ahead of its records, so a
+        // crash leaves zeros after the last one: nothing was written there (a torn record
+        // is not all zeros). Older segments have theirs cut before a successor is made.
+        if tail_may_tear && data[offset..].iter().all(|&b| b == 0) {
+            return Ok(FramesRead {
+                good_end: offset,
+                successor,
+                zero_tail: true,
+            });
+        }
         let next_good = find_next_frame(data, offset + 1);
         if tail_may_tear && next_good.is_none() {
             return Ok(FramesRead {
                 good_end: offset,
                 successor,
+                zero_tail: false,
             });
         }
         if !salvage {
@@ -406,6 +422,7 @@ fn read_frames(
     Ok(FramesRead {
         good_end: offset,
         successor,
+        zero_tail: false,
     })
 }
 

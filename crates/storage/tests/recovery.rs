@@ -548,7 +548,8 @@ fn a_record_cut_off_at_the_end_is_dropped_and_the_file_truncated() {
 }
 
 #[test]
-fn zeros_after_the_last_record_are_a_torn_tail() {
+fn zeros_after_the_last_record_are_cut_without_a_torn_tail() {
+    // What `always` mode leaves after a crash: zeros written ahead of the records.
     let dir = tempfile::tempdir().unwrap();
     five_puts(dir.path());
     let path = segment(dir.path(), 1);
@@ -558,9 +559,95 @@ fn zeros_after_the_last_record_are_a_torn_tail() {
     drop(f);
     let (r, report) = recover_ok(dir.path());
     assert_eq!(r.job_count(), 5);
+    assert!(report.torn_tail.is_none(), "{:?}", report.torn_tail);
+    assert_eq!(fs::metadata(&path).unwrap().len(), good);
+}
+
+#[test]
+fn a_record_torn_inside_the_zeros_is_still_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    five_puts(dir.path());
+    let path = segment(dir.path(), 1);
+    let good = fs::metadata(&path).unwrap().len();
+    // The first page of a record reached the disk, the rest of the zero-filled space not.
+    let mut torn = Vec::new();
+    encode_change(&simple_put(6, &"x".repeat(200)), &mut torn);
+    torn.truncate(100);
+    torn.resize(4096, 0);
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&torn).unwrap();
+    drop(f);
+    let (r, report) = recover_ok(dir.path());
+    assert_eq!(r.job_count(), 5);
     assert_eq!(report.torn_tail, Some((path.clone(), good, 4096)));
     assert_eq!(fs::metadata(&path).unwrap().len(), good);
-    assert!(recover_ok(dir.path()).1.torn_tail.is_none());
+}
+
+#[test]
+fn in_always_mode_the_newest_segment_is_filled_ahead_and_cut_back_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1, options(FsyncMode::Always));
+    let changes: Vec<Change> = (1..=5).map(|id| simple_put(id, "acked")).collect();
+    let records: u64 = record_sizes(&changes).iter().sum();
+    let lsn = log.append(changes.into_iter());
+    wait_durable(&log, lsn);
+    let path = segment(dir.path(), 1);
+    let ahead = fs::metadata(&path).unwrap().len();
+    assert!(
+        ahead > HEADER_LEN + records,
+        "{ahead} bytes: no zeros ahead of {records} bytes of records"
+    );
+    // A crash now: the copy recovers every acknowledged record and no torn tail.
+    let copy = tempfile::tempdir().unwrap();
+    fs::copy(&path, segment(copy.path(), 1)).unwrap();
+    let (r, report) = recover_ok(copy.path());
+    assert_eq!(r.job_count(), 5);
+    assert!(report.torn_tail.is_none());
+    log.close();
+    assert_eq!(fs::metadata(&path).unwrap().len(), HEADER_LEN + records);
+}
+
+#[test]
+fn in_always_mode_only_the_newest_segment_ends_in_zeros() {
+    // Older segments are read strictly (zeros there are damage), so rolling over must cut
+    // them first. Not closed: what a crash leaves must recover without salvage.
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(
+        dir.path(),
+        1,
+        LogOptions {
+            fsync: FsyncMode::Always,
+            segment_bytes: 300,
+        },
+    );
+    for id in 1..=20 {
+        let lsn = log.append(std::iter::once(simple_put(
+            id,
+            "a body of forty bytes or so.....",
+        )));
+        wait_durable(&log, lsn);
+    }
+    // The writer rolls over after a batch is durable: wait until it has finished (the
+    // newest file is the current segment), so the copy is what a crash at one instant
+    // leaves, not files copied at different stages of a roll-over.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let newest = loop {
+        let newest = log.current_segment();
+        if segment(dir.path(), newest).exists() && !segment(dir.path(), newest + 1).exists() {
+            break newest;
+        }
+        assert!(Instant::now() < deadline, "the roll-over never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(newest > 3, "only {newest} segments");
+    let copy = tempfile::tempdir().unwrap();
+    for seq in 1..=newest {
+        fs::copy(segment(dir.path(), seq), segment(copy.path(), seq)).unwrap();
+    }
+    let (r, report) = recover_ok(copy.path());
+    assert_eq!(r.job_count(), 20);
+    assert!(report.torn_tail.is_none());
+    log.close();
 }
 
 #[test]
