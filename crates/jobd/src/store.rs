@@ -29,8 +29,6 @@ pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
 #[derive(Clone)]
 pub struct Store {
     pool: MySqlPool,
-    /// The fetches' connection (the worker runs one fetch at a time).
-    fetcher: Arc<Dedicated>,
     /// The final writes' connection (one writer task).
     writer: Arc<Dedicated>,
     table: String,
@@ -129,7 +127,6 @@ impl Store {
             .connect_lazy_with(opts.clone());
         Store {
             pool,
-            fetcher: Arc::new(Dedicated::new(opts.clone())),
             writer: Arc::new(Dedicated::new(opts)),
             table: format!("`{}`", cfg.table.replace('`', "``")),
             metrics: None,
@@ -172,12 +169,12 @@ impl Store {
         wants: &'a [(String, u64)],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
-            let mut held = self.fetcher.lock().await?;
-            let result = self.claim_waiting(held.conn(), wants).await;
+            let mut conn = self.pool.acquire().await?;
+            let result = self.claim_waiting(&mut conn, wants).await;
             if result.is_err() {
-                // The transaction may still be open on this connection: never use it
-                // again (closing it rolls back).
-                held.discard();
+                // The transaction may still be open on this connection: close it (which
+                // rolls back) rather than hand it back to the pool.
+                let _ = conn.close().await;
             }
             result
         })
@@ -361,14 +358,7 @@ impl Store {
         for (id, _) in ends {
             q = q.bind(*id);
         }
-        let mut held = self.writer.lock().await?;
-        if let Err(e) = q.execute(held.conn()).await {
-            if !is_data_error(&e) {
-                held.discard();
-            }
-            return Err(e);
-        }
-        Ok(())
+        self.execute_on_writer(q).await
     }
 
     async fn write_done(
@@ -390,6 +380,16 @@ impl Store {
             .bind(stdout)
             .bind(stderr)
             .bind(id);
+        self.execute_on_writer(q).await
+    }
+
+    /// Runs a `done` write on the writer's own connection. A data error (a value the
+    /// column refuses) keeps the connection; any other error drops it, so the next write
+    /// opens a fresh one instead of reusing a connection in an unknown state.
+    async fn execute_on_writer(
+        &self,
+        q: sqlx::query::Query<'_, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    ) -> Result<(), sqlx::Error> {
         let mut held = self.writer.lock().await?;
         if let Err(e) = q.execute(held.conn()).await {
             if !is_data_error(&e) {
@@ -465,9 +465,8 @@ impl Store {
         Ok((released, failed))
     }
 
-    /// Closes the pool and the fetch and write connections.
+    /// Closes the pool and the write connection.
     pub async fn close(&self) {
-        self.fetcher.close().await;
         self.writer.close().await;
         self.pool.close().await;
     }
