@@ -3,24 +3,26 @@
 # 3 children, 4 workers per stage, trivial handlers, through the Node client and the Rust
 # client, against a release `jobyard serve` (fsync always) on a free loopback port.
 #
-#   bash bench/flows/run.sh [--seconds S] [--rate R] [--fixed-seconds F] [--no-build]
+#   bash bench/flows/run.sh [--seconds S] [--rate R] [--fixed-seconds F] [--out FILE] [--no-build]
 #
 # Saturated runs last S seconds (default 5); the fixed-rate runs F seconds (default 30, so
 # that the p99 is of 300 flows at 10/s). The Node part ends with the ceiling of one Node
 # process's HTTP requests per second against the same server. Prints one JSON line per
-# measurement and writes bench/results/flows-latest.jsonl; `python3 bench/flows/report.py
-# bench/results/flows-latest.jsonl` makes the table of docs/benchmarks.md from it.
+# measurement and writes them to FILE (default bench/results/flows-latest.jsonl);
+# `python3 bench/flows/report.py FILE` makes the table of docs/benchmarks.md from it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SECONDS_PER_RUN=5
 RATE=10
 FIXED_SECONDS=30
 BUILD=1
+OUT="$ROOT/bench/results/flows-latest.jsonl"
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) SECONDS_PER_RUN=$2; shift ;;
     --rate) RATE=$2; shift ;;
     --fixed-seconds) FIXED_SECONDS=$2; shift ;;
+    --out) OUT=$2; shift ;;
     --no-build) BUILD=0 ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -41,7 +43,6 @@ for _ in $(seq 1 300); do
   curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null && break
   sleep 0.1
 done
-OUT="$ROOT/bench/results/flows-latest.jsonl"
 : >"$OUT"
 node "$ROOT/bench/flows/bench.mjs" --url "http://127.0.0.1:$PORT" --pid "$PID" \
   --seconds "$SECONDS_PER_RUN" --rate "$RATE" --fixed-seconds "$FIXED_SECONDS" | tee -a "$OUT"
