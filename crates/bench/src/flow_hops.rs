@@ -109,6 +109,44 @@ pub fn fsyncs(metrics: &str) -> Option<(f64, f64)> {
     ))
 }
 
+/// The server's fsyncs so far at or under each bucket bound of its histogram: (bound in
+/// seconds, count).
+pub fn fsync_buckets(metrics: &str) -> Vec<(f64, f64)> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("jobyard_log_fsync_seconds_bucket{le=\""))
+        .filter_map(|rest| {
+            let (bound, count) = rest.split_once("\"} ")?;
+            Some((bound.parse().ok()?, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Of the fsyncs between two `/metrics` reads, the share that took at most each bound
+/// (keys in ms), so that a hop's time can be set beside the fsync's own distribution.
+pub fn fsync_shares(before: &str, after: &str) -> Value {
+    let before = fsync_buckets(before);
+    let after = fsync_buckets(after);
+    let Some(&(_, total_after)) = after.iter().find(|(b, _)| b.is_infinite()) else {
+        return Value::Null;
+    };
+    let count_at =
+        |v: &[(f64, f64)], bound: f64| v.iter().find(|(b, _)| *b == bound).map_or(0.0, |&(_, c)| c);
+    let total = total_after - count_at(&before, f64::INFINITY);
+    if total <= 0.0 {
+        return Value::Null;
+    }
+    let mut shares = serde_json::Map::new();
+    for &(bound, count) in after.iter().filter(|(b, _)| b.is_finite()) {
+        let share = (count - count_at(&before, bound)) / total;
+        shares.insert(
+            format!("{}", bound * 1000.0),
+            json!((share * 1000.0).round() / 1000.0),
+        );
+    }
+    Value::Object(shares)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +179,15 @@ mod tests {
                     jobyard_log_fsync_seconds_count 7\n";
         assert_eq!(fsyncs(text), Some((7.0, 0.0042)));
         assert_eq!(fsyncs("other 1\n"), None);
+    }
+
+    #[test]
+    fn fsync_shares_count_only_the_syncs_between_the_reads() {
+        let before = "jobyard_log_fsync_seconds_bucket{le=\"0.0005\"} 2\n\
+                      jobyard_log_fsync_seconds_bucket{le=\"+Inf\"} 4\n";
+        let after = "jobyard_log_fsync_seconds_bucket{le=\"0.0005\"} 5\n\
+                     jobyard_log_fsync_seconds_bucket{le=\"+Inf\"} 8\n";
+        assert_eq!(fsync_shares(before, after), json!({"0.5": 0.75}));
+        assert_eq!(fsync_shares(after, after), Value::Null);
     }
 }

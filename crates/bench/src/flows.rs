@@ -283,6 +283,7 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         "requests_per_flow": requests_per_flow,
         "rss_kb": cpu1.map(|c| c.rss_kb),
         "fsyncs_per_flow": fsync.0, "fsync_mean_ms": fsync.1,
+        "fsync_share_at_most_ms": flow_hops::fsync_shares(&metrics0, &metrics1),
         "hops_p50_ms": stamps.medians(),
     })
 }
