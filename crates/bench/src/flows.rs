@@ -269,11 +269,15 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         }
         _ => None,
     };
-    let (metrics0, metrics1) = (metrics0.unwrap_or_default(), metrics1.unwrap_or_default());
     // The metrics read in between is one of the requests counted.
-    let served = requests_served(&metrics1) - requests_served(&metrics0) - 1.0;
-    let requests_per_flow =
-        (s.count > 0).then(|| (served / s.count as f64 * 100.0).round() / 100.0);
+    let requests_per_flow = match (&metrics0, &metrics1) {
+        (Some(a), Some(b)) if s.count > 0 => {
+            let served = requests_served(b) - requests_served(a) - 1.0;
+            Some((served / s.count as f64 * 100.0).round() / 100.0)
+        }
+        _ => None,
+    };
+    let (metrics0, metrics1) = (metrics0.unwrap_or_default(), metrics1.unwrap_or_default());
     let fsync = fsync_figures(&metrics0, &metrics1, s.count);
     json!({
         "shape": shape, "mode": mode, "client": "rust", "workers_per_stage": args.workers,
