@@ -4,6 +4,7 @@
 //
 //   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5]
 //        [--rate 10] [--fixed-seconds 30] [--only linear|fanout|ceiling] [--ceiling off]
+//        [--modes saturated,fixed]
 //
 // Reports, per shape: flows done per second at saturation (creators keep `inflight` flows
 // open), create→done latency p50/p99 at a fixed `rate` of creations per second, and the
@@ -35,6 +36,8 @@ const fixedSeconds = Number(args["fixed-seconds"] ?? seconds);
 const inflight = Number(args.inflight ?? 64);
 const workersPerStage = Number(args.workers ?? 4);
 const only = args.only;
+// `--modes fixed` runs only the fixed-rate measurements (A/B runs of the latency).
+const modes = (args.modes ?? "saturated,fixed").split(",");
 const withCeiling = args.ceiling !== "off";
 
 const ticks = () => {
@@ -103,13 +106,29 @@ async function run(shape, name, mode) {
     verbose() {}, info() {}, warn() {}, error: (m) => console.error(m),
   };
   const client = new QueuesClient({ url, logger, declarePresets: false, flows: [spec.definition(name)] });
-  for (const [stage, fn] of spec.handlers(name)) client.createWorkers(name, stage, fn, workersPerStage, 30, 1);
+  // Per flow id: when each stage's handler first saw it (the fan-out's middle stage is its
+  // children, whose ids are their own: not stamped).
+  const seen = new Map();
+  const see = (i, id) => {
+    const s = seen.get(id) ?? [];
+    s[i] ??= performance.now();
+    seen.set(id, s);
+  };
+  spec.handlers(name).forEach(([stage, fn], i) => {
+    const stamped = async (job) => {
+      see(i, job.id);
+      return fn(job);
+    };
+    client.createWorkers(name, stage, stamped, workersPerStage, 30, 1);
+  });
   await client.startAll();
   const created = new Map();
+  const answered = new Map();
   const create = async () => {
     const t = performance.now();
     const id = await client.createJob(name, { priority: 1 });
     created.set(id, t);
+    answered.set(id, performance.now());
     return new Promise((resolve) => {
       if (doneAt.has(id)) return resolve();
       waiting.set(id, () => resolve());
@@ -153,7 +172,29 @@ async function run(shape, name, mode) {
     node_cpu_ms_per_flow: +((own.user + own.system) / 1000 / count).toFixed(3),
     // The metrics read itself is one of them.
     requests_per_flow: served0 === null ? null : +((served - served0 - 1) / count).toFixed(2),
+    ...(mode === "fixed" ? { hops_p50_ms: hops(created, answered, seen, doneAt, spec.handlers(name).length) } : {}),
   };
+}
+
+/** Medians of each hop of create→done, in ms, over the flows stamped at every point:
+ * `create` (sent → answered), `to_stage1` (sent → first handler), stage to stage, and
+ * `last_to_done` (last handler → its complete acknowledged, the Node bench's "done"). */
+function hops(created, answered, seen, doneAt, stages) {
+  const gaps = {};
+  const add = (k, v) => (gaps[k] ??= []).push(v);
+  for (const [id, sent] of created) {
+    const s = seen.get(id) ?? [];
+    const last = s[stages - 1];
+    if (!answered.has(id) || s[0] === undefined || last === undefined || !doneAt.has(id)) continue;
+    add("create", answered.get(id) - sent);
+    add("to_stage1", s[0] - sent);
+    for (let i = 1; i < stages; i++) if (s[i] !== undefined && s[i - 1] !== undefined) add(`stage${i}_to_${i + 1}`, s[i] - s[i - 1]);
+    add("stage1_to_last", last - s[0]);
+    add("last_to_done", doneAt.get(id) - last);
+  }
+  const out = {};
+  for (const [k, v] of Object.entries(gaps)) out[k] = +percentile(v.sort((a, b) => a - b), 50).toFixed(3);
+  return out;
 }
 
 /** One POST with a small JSON body through node:http and a keep-alive agent. */
@@ -220,7 +261,7 @@ async function ceiling(kind) {
 const stamp = Date.now().toString(36);
 for (const shape of Object.keys(shapes)) {
   if (only && only !== shape) continue;
-  for (const mode of ["saturated", "fixed"]) {
+  for (const mode of modes) {
     console.log(JSON.stringify(await run(shape, `bench-${shape}-${mode}-${stamp}`, mode)));
   }
 }

@@ -15,6 +15,7 @@ use jobyard_client::{Client, FlowJobOptions, StageJob, Workers};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use crate::flow_hops::{self, Stamps};
 use crate::hist::Histogram;
 use crate::procfs;
 
@@ -43,6 +44,9 @@ pub struct FlowArgs {
     /// Workers per stage (and per child stage).
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
+    /// Only the fixed-rate measurements (for A/B runs of the latency).
+    #[arg(long)]
+    pub only_fixed: bool,
 }
 
 /// Per flow id: the creator waiting for its end, or the end seen before the creator
@@ -70,13 +74,15 @@ fn definition(shape: &str, name: &str) -> Value {
     }
 }
 
-/// Starts the workers of every stage of a shape; the last stage reports to `waiters`.
+/// Starts the workers of every stage of a shape; the last stage reports to `waiters`, and
+/// every stage stamps when it first sees each flow.
 fn start_workers(
     client: &Client,
     shape: &str,
     name: &str,
     n: usize,
     waiters: Waiters,
+    stamps: Arc<Stamps>,
 ) -> Vec<Workers> {
     let (a, b, c) = (
         format!("{name}-a"),
@@ -91,23 +97,38 @@ fn start_workers(
             .concurrency(n)
             .poll_wait(Duration::from_secs(1))
     };
+    let seen = |stage: usize| {
+        let stamps = stamps.clone();
+        move |id: &str| stamps.stage(id, stage)
+    };
+    let (seen_a, seen_b, seen_c) = (seen(0), seen(1), seen(2));
     if shape == "linear" {
-        pools.push(pool(&a).start(|_j: StageJob| async { Ok::<_, String>(json!({"a": 1})) }));
-        pools.push(pool(&b).start(|_j: StageJob| async { Ok::<_, String>(json!({"b": 1})) }));
+        pools.push(pool(&a).start(move |j: StageJob| {
+            seen_a(&j.id);
+            async { Ok::<_, String>(json!({"a": 1})) }
+        }));
+        pools.push(pool(&b).start(move |j: StageJob| {
+            seen_b(&j.id);
+            async { Ok::<_, String>(json!({"b": 1})) }
+        }));
     } else {
-        pools.push(pool(&a).start(move |_j: StageJob| {
+        pools.push(pool(&a).start(move |j: StageJob| {
+            seen_a(&j.id);
             let key = fan_key.clone();
             async move {
                 let child = json!({"childName": "child"});
                 Ok::<_, String>(json!({ key: [child, child, child] }))
             }
         }));
+        // A child's id is its own, not its flow's: the middle stage is not stamped.
+        drop(seen_b);
         pools.push(
             pool(&format!("{b}:child"))
                 .start(|_j: StageJob| async { Ok::<_, String>(json!({"done": true})) }),
         );
     }
     pools.push(pool(&c).start(move |j: StageJob| {
+        seen_c(&j.id);
         let waiters = waiters.clone();
         async move {
             let now = Instant::now();
@@ -122,9 +143,9 @@ fn start_workers(
     pools
 }
 
-/// HTTP requests the server has counted so far (the sum of its `http` command counters in
-/// `/metrics`), read over a connection of its own; `None` if they cannot be read.
-async fn requests_served(url: &str) -> Option<f64> {
+/// The server's `/metrics` text, read over a connection of its own; `None` if it cannot
+/// be read.
+async fn metrics_text(url: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = url.strip_prefix("http://")?.trim_end_matches('/');
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -132,22 +153,31 @@ async fn requests_served(url: &str) -> Option<f64> {
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).await.ok()?;
-    let sum = text
-        .lines()
+    Some(text)
+}
+
+/// HTTP requests the server has counted so far (the sum of its `http` command counters).
+fn requests_served(text: &str) -> f64 {
+    text.lines()
         .filter(|l| l.starts_with("jobyard_commands_total{") && l.contains("protocol=\"http\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    Some(sum)
+        .sum()
 }
 
 /// Creates one flow and waits for its end; returns create→done.
-async fn one_flow(client: &Client, name: &str, waiters: &Waiters) -> Option<Duration> {
+async fn one_flow(
+    client: &Client,
+    name: &str,
+    waiters: &Waiters,
+    stamps: &Stamps,
+) -> Option<Duration> {
     let (tx, rx) = oneshot::channel();
     let start = Instant::now();
     let id = client
         .create_flow_job(name, json!({}), &FlowJobOptions::default())
         .await
         .ok()?;
+    stamps.created(&id, start, Instant::now());
     {
         let mut w = waiters.lock().unwrap();
         if let Some(Waiter::Ended(at)) = w.remove(&id) {
@@ -170,20 +200,33 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         .await
         .unwrap_or_else(|e| panic!("declare: {e}"));
     let waiters: Waiters = Arc::default();
-    let pools = start_workers(&client, shape, &name, args.workers, waiters.clone());
+    let stamps: Arc<Stamps> = Arc::default();
+    let pools = start_workers(
+        &client,
+        shape,
+        &name,
+        args.workers,
+        waiters.clone(),
+        stamps.clone(),
+    );
     let hist = Arc::new(Histogram::new());
-    let served0 = requests_served(&args.url).await;
+    let metrics0 = metrics_text(&args.url).await;
     let cpu0 = args.pid.and_then(procfs::sample);
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
     if mode == "saturated" {
         for _ in 0..args.inflight {
-            let (client, name, waiters, hist) =
-                (client.clone(), name.clone(), waiters.clone(), hist.clone());
+            let (client, name, waiters, hist, stamps) = (
+                client.clone(),
+                name.clone(),
+                waiters.clone(),
+                hist.clone(),
+                stamps.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 while Instant::now() < deadline {
-                    if let Some(d) = one_flow(&client, &name, &waiters).await {
+                    if let Some(d) = one_flow(&client, &name, &waiters, &stamps).await {
                         hist.record(d.as_nanos() as u64);
                     }
                 }
@@ -195,10 +238,15 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         for i in 0..total {
             let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
             tokio::time::sleep_until(due.into()).await;
-            let (client, name, waiters, hist) =
-                (client.clone(), name.clone(), waiters.clone(), hist.clone());
+            let (client, name, waiters, hist, stamps) = (
+                client.clone(),
+                name.clone(),
+                waiters.clone(),
+                hist.clone(),
+                stamps.clone(),
+            );
             tasks.push(tokio::spawn(async move {
-                if let Some(d) = one_flow(&client, &name, &waiters).await {
+                if let Some(d) = one_flow(&client, &name, &waiters, &stamps).await {
                     hist.record(d.as_nanos() as u64);
                 }
             }));
@@ -209,7 +257,7 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1 = args.pid.and_then(procfs::sample);
-    let served1 = requests_served(&args.url).await;
+    let metrics1 = metrics_text(&args.url).await;
     for p in pools {
         p.stop().await;
     }
@@ -222,12 +270,15 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         _ => None,
     };
     // The metrics read in between is one of the requests counted.
-    let requests_per_flow = match (served0, served1) {
+    let requests_per_flow = match (&metrics0, &metrics1) {
         (Some(a), Some(b)) if s.count > 0 => {
-            Some(((b - a - 1.0) / s.count as f64 * 100.0).round() / 100.0)
+            let served = requests_served(b) - requests_served(a) - 1.0;
+            Some((served / s.count as f64 * 100.0).round() / 100.0)
         }
         _ => None,
     };
+    let (metrics0, metrics1) = (metrics0.unwrap_or_default(), metrics1.unwrap_or_default());
+    let fsync = fsync_figures(&metrics0, &metrics1, s.count);
     json!({
         "shape": shape, "mode": mode, "client": "rust", "workers_per_stage": args.workers,
         "flows": s.count, "seconds": (elapsed * 100.0).round() / 100.0,
@@ -235,13 +286,37 @@ async fn measure(args: &FlowArgs, shape: &str, mode: &str) -> Value {
         "p50_ms": ms(s.p50), "p99_ms": ms(s.p99), "server_cpu_ms_per_flow": cpu_ms,
         "requests_per_flow": requests_per_flow,
         "rss_kb": cpu1.map(|c| c.rss_kb),
+        "fsyncs_per_flow": fsync.0, "fsync_mean_ms": fsync.1,
+        "fsync_share_at_most_ms": flow_hops::fsync_shares(&metrics0, &metrics1),
+        "hops_p50_ms": stamps.medians(),
     })
+}
+
+/// Fsyncs per flow and their mean length in ms, between two `/metrics` reads (`None`
+/// where the server's histogram is missing, e.g. before its first scrape).
+fn fsync_figures(before: &str, after: &str, flows: u64) -> (Option<f64>, Option<f64>) {
+    let (Some((n0, s0)), Some((n1, s1))) = (flow_hops::fsyncs(before), flow_hops::fsyncs(after))
+    else {
+        return (None, None);
+    };
+    let n = n1 - n0;
+    let per_flow = (flows > 0).then(|| (n / flows as f64 * 100.0).round() / 100.0);
+    let mean = (n > 0.0).then(|| ((s1 - s0) / n * 1e6).round() / 1000.0);
+    (per_flow, mean)
 }
 
 /// Runs every shape and mode; prints one JSON line each.
 pub async fn run(args: FlowArgs) {
+    // The server starts recording its fsync histogram at its first scrape: this one, so
+    // that every measurement's fsyncs are counted.
+    let _ = metrics_text(&args.url).await;
+    let modes: &[&str] = if args.only_fixed {
+        &["fixed"]
+    } else {
+        &["saturated", "fixed"]
+    };
     for shape in ["linear", "fanout"] {
-        for mode in ["saturated", "fixed"] {
+        for &mode in modes {
             println!("{}", measure(&args, shape, mode).await);
         }
     }

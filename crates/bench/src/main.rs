@@ -8,6 +8,7 @@
 mod beanstalk;
 mod conn;
 mod floor;
+mod flow_hops;
 mod flows;
 mod gearman;
 mod hist;
