@@ -14,9 +14,10 @@ Two workloads per worker count N, both with N pyzmq DEALER processes on loopback
   DEALER a worker following docs/wmp.md. `--worker-rule hot` (the default, worker rule 5):
   after a DONE whose TAKE said `more=1` the worker sends GIVE at once (DONE, GIVE, TAKE: three
   messages per job); `classic`: READY after every DONE (READY, WAKE, GIVE, TAKE, DONE: five).
-  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling
-  when the workers are the bottleneck; with one worker the Python echo server itself is
-  slower than jobyard's manager and the ratio can pass 0.5.
+  A classic job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's
+  ceiling when the workers are the bottleneck, and a hot one one round trip (DONE+GIVE →
+  TAKE), so 1; with one worker the Python echo server itself is slower than jobyard's
+  manager and the ratio can pass those.
 
 `--ab OLD_BINARY --rounds N` instead measures, per round and worker count, the bare loop,
 then OLD_BINARY with classic workers, `--binary` with classic workers and `--binary` with hot
