@@ -360,12 +360,12 @@ impl Core {
 
     /// Docs/wmp.md worker rule 5: after a DONE, ask the same manager for the next job at
     /// once (a hot GIVE, three messages per job instead of five) when its TAKE said `more=1`
-    /// and a slot is free (and the job was not rejected). When another manager may be reachable (another socket is up, or
+    /// and a slot is free. When another manager may be reachable (another socket is up, or
     /// the job came through a device, which fans READY out to several), a job that came
     /// from a hot GIVE is followed by READY instead, so one busy manager cannot keep the
     /// worker from the others.
     fn hot_give_allowed(&self, run: &Running) -> bool {
-        let others_up = !run.path.is_empty()
+        let other_managers = !run.path.is_empty()
             || self
                 .links
                 .iter()
@@ -375,7 +375,7 @@ impl Core {
             && !self.stopping
             && self.free() > 0
             && self.links.get(run.link).is_some_and(|l| l.up)
-            && !(run.from_hot && others_up)
+            && !(run.from_hot && other_managers)
     }
 
     /// The clock moved: expire locks, retry READY where due.
