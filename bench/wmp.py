@@ -11,10 +11,18 @@ Two workloads per worker count N, both with N pyzmq DEALER processes on loopback
   DEALER doing request/reply round trips back to back. This is the physical ceiling of
   one ZeroMQ round trip on this machine with this library.
 * wmp: `jobyard serve --wmp-listen` with jobs put through beanstalkd beforehand, each
-  DEALER a worker following docs/wmp.md: READY, WAKE, GIVE, TAKE, DONE (then READY again).
-  A job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's ceiling
-  when the workers are the bottleneck; with one worker the Python echo server itself is
-  slower than jobyard's manager and the ratio can pass 0.5.
+  DEALER a worker following docs/wmp.md. `--worker-rule hot` (the default, worker rule 5):
+  after a DONE whose TAKE said `more=1` the worker sends GIVE at once (DONE, GIVE, TAKE: three
+  messages per job); `classic`: READY after every DONE (READY, WAKE, GIVE, TAKE, DONE: five).
+  A classic job costs at least two round trips (GIVE→TAKE, DONE), so 0.5 is the ratio's
+  ceiling when the workers are the bottleneck, and a hot one one round trip (DONE+GIVE →
+  TAKE), so 1; with one worker the Python echo server itself is slower than jobyard's
+  manager and the ratio can pass those.
+
+`--ab OLD_BINARY --rounds N` instead measures, per round and worker count, the bare loop,
+then OLD_BINARY with classic workers, `--binary` with classic workers and `--binary` with hot
+workers, one after the other (alternating for N rounds, so all see the same machine), and
+prints one row each with the WMP messages per job the workers exchanged.
 
 Reported: jobs/s, round trips/s, their ratio, and the server's CPU per job / per round trip
 (user+system time of the manager or echo process from /proc).
@@ -158,7 +166,8 @@ def run_bare(workers: int, duration: float) -> dict:
 # -- jobyard as the WMP manager -------------------------------------------------------------
 
 
-def wmp_worker(endpoint: str, start: float, stop: float, out) -> None:
+def wmp_worker(endpoint: str, start: float, stop: float, out, rule: str = "hot") -> None:
+    """One single-slot worker. Puts (jobs done, messages sent + received) on `out`."""
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
@@ -168,18 +177,22 @@ def wmp_worker(endpoint: str, start: float, stop: float, out) -> None:
         time.sleep(0.001)
     done = 0
     lock = 0
+    messages = 1
     dealer.send_multipart(ready)
     while time.time() < stop:
         if not dealer.poll(200):
             dealer.send_multipart(ready)  # READY retry (docs/wmp.md, worker rule 7)
+            messages += 1
             continue
         frames = dealer.recv_multipart()
+        messages += 1
         command = frames[2]
         if command == b"WAKE":
             lock += 1
             dealer.send_multipart(
                 [b"", SIG, b"GIVE", b"lock=%d\nroles=bench\nqueue=bench" % lock]
             )
+            messages += 1
         elif command == b"TAKE":
             h = parse_headers(frames[3])
             dealer.send_multipart(
@@ -189,10 +202,19 @@ def wmp_worker(endpoint: str, start: float, stop: float, out) -> None:
                  frames[4] if len(frames) > 4 else b""]
             )
             done += 1
-            dealer.send_multipart(ready)
+            if rule == "hot" and h.get(b"more") == b"1":
+                # Worker rule 5: the manager has more on this queue, ask for it at once.
+                lock += 1
+                dealer.send_multipart(
+                    [b"", SIG, b"GIVE", b"lock=%d\nroles=bench\nqueue=%s" % (lock, h[b"queue"])]
+                )
+            else:
+                dealer.send_multipart(ready)
+            messages += 2
         elif command == b"NO":
             dealer.send_multipart(ready)
-    out.put(done)
+            messages += 1
+    out.put((done, messages))
     dealer.close(0)
     ctx.term()
 
@@ -251,10 +273,10 @@ class Server:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
-def start_workers(endpoint: str, workers: int, start: float, stop: float):
+def start_workers(endpoint: str, workers: int, start: float, stop: float, rule: str = "hot"):
     out = mp.Queue()
     procs = [
-        mp.Process(target=wmp_worker, args=(endpoint, start, stop, out))
+        mp.Process(target=wmp_worker, args=(endpoint, start, stop, out, rule))
         for _ in range(workers)
     ]
     for p in procs:
@@ -262,16 +284,18 @@ def start_workers(endpoint: str, workers: int, start: float, stop: float):
     return procs, out
 
 
-def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
+def run_wmp(binary: str, workers: int, duration: float, jobs: int, rule: str = "hot") -> dict:
     server = Server(binary)
     try:
         put_jobs(server.bport, jobs)
         start = time.time() + 0.5
-        procs, out = start_workers(server.endpoint, workers, start, start + duration)
+        procs, out = start_workers(server.endpoint, workers, start, start + duration, rule)
         time.sleep(max(0.0, start - time.time()))
         cpu0 = cpu_seconds(server.pid)
         threads0 = thread_stats(server.pid)
-        total = sum(out.get(timeout=duration + 60) for _ in procs)
+        results = [out.get(timeout=duration + 60) for _ in procs]
+        total = sum(r[0] for r in results)
+        messages = sum(r[1] for r in results)
         cpu = cpu_seconds(server.pid) - cpu0
         threads = thread_report(threads0, thread_stats(server.pid), max(total, 1))
         for p in procs:
@@ -280,7 +304,7 @@ def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
             print(f"  note: all {jobs} jobs were done before the end; raise --jobs",
                   file=sys.stderr)
         return {"per_s": total / duration, "cpu_us": cpu * 1e6 / max(total, 1), "count": total,
-                "threads": threads}
+                "threads": threads, "msgs": messages / max(total, 1)}
     finally:
         server.stop()
 
@@ -289,7 +313,7 @@ def run_wmp(binary: str, workers: int, duration: float, jobs: int) -> dict:
 
 
 def gearman_roundtrip(bench: str, binary: str, workers: int, clients: int, duration: float,
-                      wmp: bool) -> dict:
+                      wmp: bool, rule: str = "hot") -> dict:
     """Foreground Gearman clients of jobyard-bench; the function served by `workers` pyzmq
     WMP workers (wmp) or by as many Gearman workers of jobyard-bench (the reference)."""
     server = Server(binary)
@@ -298,7 +322,8 @@ def gearman_roundtrip(bench: str, binary: str, workers: int, clients: int, durat
         if wmp:
             # The workers outlive the clients; they are stopped below.
             start = time.time() + 0.2
-            procs, _ = start_workers(server.endpoint, workers, start, start + duration + 60)
+            procs, _ = start_workers(server.endpoint, workers, start, start + duration + 60,
+                                     rule)
             time.sleep(1.0)  # connected and READY before the first submit
         cmd = [bench, "gearman", "roundtrip", "--addr", f"127.0.0.1:{server.gport}",
                "--conns", str(clients), "--workers", "0" if wmp else str(workers),
@@ -341,17 +366,26 @@ def main() -> int:
                          "switches and CPU from /proc) in each WMP run")
     ap.add_argument("--no-gearman", action="store_true",
                     help="skip the Gearman client -> WMP worker round trip workload")
+    ap.add_argument("--worker-rule", choices=("hot", "classic"), default="hot",
+                    help="hot: GIVE right after DONE when the TAKE said more=1 (docs/wmp.md "
+                         "worker rule 5); classic: READY after every DONE")
+    ap.add_argument("--ab", metavar="OLD_BINARY",
+                    help="A/B instead: OLD_BINARY with classic workers, --binary with classic "
+                         "and with hot workers, alternating (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab")
     args = ap.parse_args()
     print(f"binary: {args.binary}; {args.duration:g} s per workload; body {len(BODY)} B; "
           f"{os.cpu_count()} cores; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.ab:
+        return run_ab(args)
     print("| workers | bare round trips/s | echo CPU µs/rt | WMP jobs/s | manager CPU µs/job "
           "| jobs/s ÷ round trips/s |")
     print("|---|---|---|---|---|---|")
     threads = []
     for n in [int(x) for x in args.workers.split(",")]:
         bare = run_bare(n, args.duration)
-        wmp = run_wmp(args.binary, n, args.duration, args.jobs)
+        wmp = run_wmp(args.binary, n, args.duration, args.jobs, args.worker_rule)
         print(f"| {n} | {bare['per_s']:,.0f} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
               f"| {wmp['cpu_us']:.1f} | {wmp['per_s'] / max(bare['per_s'], 1):.2f} |",
               flush=True)
@@ -378,9 +412,30 @@ def main() -> int:
     for n in [int(x) for x in args.workers.split(",")]:
         for wmp, label in ((True, "WMP (pyzmq)"), (False, "Gearman (reference)")):
             r = gearman_roundtrip(args.bench_binary, args.binary, n, args.clients,
-                                  args.duration, wmp)
+                                  args.duration, wmp, args.worker_rule)
             print(f"| {n} | {label} | {r['per_s']:,.0f} | {r['p50_ms']:.2f} | "
                   f"{r['p99_ms']:.2f} | {r['cpu_us']:.1f} |", flush=True)
+    print_load_after()
+    return 0
+
+
+def run_ab(args) -> int:
+    """Old binary + classic workers, new binary + classic, new + hot, per round and worker
+    count, each beside a bare loop of the same round."""
+    variants = [("old, classic", args.ab, "classic"), ("new, classic", args.binary, "classic"),
+                ("new, hot", args.binary, "hot")]
+    print("| round | workers | binary, worker rule | echo CPU µs/rt | WMP jobs/s "
+          "| manager CPU µs/job | msgs/job | jobs/s ÷ round trips/s | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for rnd in range(1, args.rounds + 1):
+        for n in [int(x) for x in args.workers.split(",")]:
+            bare = run_bare(n, args.duration)
+            for label, binary, rule in variants:
+                wmp = run_wmp(binary, n, args.duration, args.jobs, rule)
+                print(f"| {rnd} | {n} | {label} | {bare['cpu_us']:.1f} | {wmp['per_s']:,.0f} "
+                      f"| {wmp['cpu_us']:.1f} | {wmp['msgs']:.2f} "
+                      f"| {wmp['per_s'] / max(bare['per_s'], 1):.2f} "
+                      f"| {os.getloadavg()[0]:.1f} |", flush=True)
     print_load_after()
     return 0
 

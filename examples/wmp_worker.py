@@ -2,9 +2,10 @@
 """A complete 14/WMP worker in Python with pyzmq, written against docs/wmp.md.
 
 It connects one DEALER per manager (or device), announces READY with its roles, answers
-WAKE with GIVE (holding one lock), runs the job on TAKE and reports DONE. One job at a time,
-in the calling thread: the smallest worker that follows every rule (lock timeout, READY
-retries with backoff, late TAKE, NO). Replace `handle` with your own work.
+WAKE with GIVE (holding one lock), runs the job on TAKE and reports DONE, then asks for the
+next job at once when the TAKE said `more=1` (a hot GIVE). One job at a time, in the calling
+thread: the smallest worker that follows every rule (lock timeout, READY retries with
+backoff, late TAKE, NO, hot GIVE). Replace `handle` with your own work.
 
     python3 examples/wmp_worker.py --connect tcp://127.0.0.1:5570 --role upper
 """
@@ -67,6 +68,7 @@ class Worker:
         self.backoff = {s: 1.0 for s in self.socks}
         self.retry_at = {s: 0.0 for s in self.socks}
         self.lock = None  # (token, socket, deadline): our one slot, reserved for one manager
+        self.hot_lock = None  # the token of a GIVE sent after a DONE (worker rule 5)
         self.tokens = itertools.count(1)
         self.running = True
 
@@ -130,6 +132,7 @@ class Worker:
         except KeyError:
             return  # malformed: drop
         mine = self.lock and self.lock[0] == h.get("lock") and self.lock[1] is sock
+        from_hot = bool(mine) and self.hot_lock == h.get("lock")
         if mine:
             self.lock = None
         done = dict(manager=manager, job=job, attempt=attempt)
@@ -141,7 +144,17 @@ class Worker:
             self.send(sock, path, "DONE", encode_headers(**done, status="ok"), result)
         except Exception as e:  # the job failed, the worker did not
             self.send(sock, path, "DONE", encode_headers(**done, status="fail", error="exception"), str(e).encode())
-        self.ready_all()
+        # Worker rule 5: the manager said it has more, so ask it again right away (DONE and
+        # GIVE travel together). If another manager may be reachable (a second socket, or a
+        # device on the path), every second job goes back to READY so none is shut out.
+        others = len(self.socks) > 1 or len(path) > 0
+        if h.get("more") == "1" and self.running and not (from_hot and others):
+            token = str(next(self.tokens))
+            self.lock = (token, sock, time.monotonic() + self.lock_timeout)
+            self.hot_lock = token
+            self.send(sock, path, "GIVE", encode_headers(lock=token, roles=",".join(self.roles), queue=queue))
+        else:
+            self.ready_all()
 
 
 def main():

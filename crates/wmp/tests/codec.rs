@@ -129,6 +129,39 @@ fn unknown_headers_are_kept_as_extras_and_re_encoded() {
 }
 
 #[test]
+fn an_extra_repeating_a_defined_key_is_left_out_and_numbers_keep_every_digit() {
+    let take = all_commands()
+        .into_iter()
+        .find(|c| matches!(c, Command::Take(_)))
+        .unwrap();
+    let mut m = Message::new(vec![], take);
+    m.extra.push("job", "999");
+    m.extra.push("more", "1");
+    let frames = encode(&m);
+    assert_eq!(
+        frames[3],
+        b("lock=17\nmanager=m\njob=42\nattempt=3\nqueue=q\ntimeout=60000\nmore=1")
+    );
+    let back = dec(&frames).unwrap();
+    assert_eq!(back.extra.get("more"), Some("1"));
+    assert_eq!(back.extra.len(), 1);
+    let status = Message::new(
+        vec![],
+        Command::Status(Progress {
+            manager: "m".into(),
+            job: u64::MAX,
+            attempt: 0,
+            num: Some(10),
+            den: None,
+        }),
+    );
+    assert_eq!(
+        encode(&status)[3],
+        b("manager=m\njob=18446744073709551615\nattempt=0\nnum=10")
+    );
+}
+
+#[test]
 fn empty_headers_frame_and_trailing_lf_are_fine() {
     assert!(dec(&msg(&[], "READY", "", None)).is_ok());
     assert!(dec(&msg(&[], "READY", "\n", None)).is_ok());

@@ -4,7 +4,7 @@
 //! then sleeps again.
 //!
 //! Why a thread and not a tokio task: each WMP job is five messages (READY, WAKE, GIVE,
-//! TAKE, DONE). Driven from tokio, a readable socket woke tokio's I/O driver, which woke the
+//! TAKE, DONE; three with a worker's hot GIVE: DONE+GIVE, TAKE). Driven from tokio, a readable socket woke tokio's I/O driver, which woke the
 //! worker thread that ran the manager: two task switches per wake-up
 //! (docs/benchmarks.md, "14/WMP"). Here the poll sleeps on the sockets themselves, so a
 //! wake-up is one switch, and under load one wake-up serves every message that arrived

@@ -115,15 +115,16 @@ impl Manager {
             }
         };
         let mut reserved = None;
-        for queues in [preferred.into_iter().collect::<Vec<_>>(), all] {
+        let preferred: Vec<QueueId> = preferred.into_iter().collect();
+        for queues in [&preferred, &all] {
             // `has_ready` first: a reserve that finds nothing looks at every lease the
             // session holds (its soonest deadline), and the manager may hold thousands.
-            if queues.is_empty() || !txn.has_ready(&queues, now) {
+            if queues.is_empty() || !txn.has_ready(queues, now) {
                 continue;
             }
             let outcome = txn.reserve(
                 self.conn,
-                &queues,
+                queues,
                 WaitMode::Best,
                 Lease::JobTtr,
                 Some(0),
@@ -146,6 +147,9 @@ impl Manager {
             counters::count(&self.metrics, Counter::No);
             return;
         };
+        // Decision 15: tells the worker a hot GIVE would find work, so it never sends one
+        // that is sure to get NO.
+        let more = txn.has_ready(&all, now);
         let attempt = txn.fence(self.conn, id).expect("the job was just reserved");
         let job = txn.job(id).expect("a reserved job exists");
         let queue = String::from_utf8_lossy(&txn.queue(job.queue).name).into_owned();
@@ -165,6 +169,9 @@ impl Manager {
         self.publish_take(&path, id);
         let mut msg = crate::message::Message::new(path.clone(), Command::Take(take));
         msg.extra.push("priority", pri.to_string());
+        if more {
+            msg.extra.push("more", "1");
+        }
         if let Some(prefix) = &self.handle_prefix {
             // The engine's job id is the Gearman handle's number (crates/gearman handle.rs).
             let handle = format!("{prefix}:{id}");

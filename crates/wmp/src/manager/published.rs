@@ -20,19 +20,29 @@ const PROTOCOL: &str = "wmp";
 const FORGET_AFTER: Duration = Duration::from_secs(90);
 
 /// A routing path as an operator reads it: each hop as text when it is printable, else as
-/// hex (ZeroMQ's generated identities are binary), joined with ` / `.
+/// hex (ZeroMQ's generated identities are binary), joined with ` / `. Built in one string:
+/// it is made for every TAKE.
 pub(crate) fn path_label(path: &Path) -> String {
-    let hops: Vec<String> = path
-        .iter()
-        .map(|hop| match std::str::from_utf8(hop) {
-            Ok(s) if !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic()) => s.to_string(),
-            _ => {
-                let hex: String = hop.iter().map(|b| format!("{b:02x}")).collect();
-                format!("0x{hex}")
+    use std::fmt::Write as _;
+    let mut label = String::with_capacity(path.iter().map(|hop| hop.len() * 2 + 5).sum());
+    for (i, hop) in path.iter().enumerate() {
+        if i > 0 {
+            label.push_str(" / ");
+        }
+        match std::str::from_utf8(hop) {
+            Ok(s) if !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic()) => {
+                label.push_str(s);
             }
-        })
-        .collect();
-    hops.join(" / ")
+            _ => {
+                label.push_str("0x");
+                for b in hop.iter() {
+                    // Writing to a String cannot fail.
+                    let _ = write!(label, "{b:02x}");
+                }
+            }
+        }
+    }
+    label
 }
 
 impl Manager {
@@ -83,5 +93,7 @@ mod tests {
             Bytes::from_static(&[0, 0x80, 0, 0x41, 0xa7]),
         ];
         assert_eq!(path_label(&path), "device-1 / 0x00800041a7");
+        assert_eq!(path_label(&vec![Bytes::new()]), "0x");
+        assert_eq!(path_label(&Vec::new()), "");
     }
 }

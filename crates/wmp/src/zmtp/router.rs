@@ -191,8 +191,11 @@ impl Router {
                     if event.is_writable() {
                         self.write(token);
                     }
-                    if event.is_readable() || event.is_read_closed() || event.is_error() {
-                        self.read(token, now);
+                    // After a hang-up, read on to the end so the close is seen now: no later
+                    // event would announce it again.
+                    let ended = event.is_read_closed() || event.is_error();
+                    if event.is_readable() || ended {
+                        self.read(token, now, ended);
                     }
                 }
             }
@@ -201,7 +204,8 @@ impl Router {
         for token in std::mem::take(&mut self.unfinished) {
             if let Some(conn) = self.conns.get_mut(&token) {
                 conn.unfinished = false;
-                self.read(token, now);
+                // Its event was consumed earlier and may have announced a hang-up.
+                self.read(token, now, true);
             }
         }
         self.flush();
@@ -335,7 +339,8 @@ impl Router {
         self.write(token);
     }
 
-    fn read(&mut self, token: Token, now: Instant) {
+    /// Reads what `token` has. `to_the_end`: until WouldBlock, even after a short read.
+    fn read(&mut self, token: Token, now: Instant, to_the_end: bool) {
         let Some(conn) = self.conns.get_mut(&token) else {
             return;
         };
@@ -359,6 +364,12 @@ impl Router {
                     conn.last_recv = now;
                     if let Err(refusal) = absorb(conn, token, &self.scratch[..n], &mut shared) {
                         break Err(refusal.to_string());
+                    }
+                    // A short read emptied the socket's receive queue; bytes arriving later
+                    // raise a new edge-triggered event. Reading on to WouldBlock cost one
+                    // more `recvfrom` per wake-up: one per job with hot GIVEs.
+                    if n < self.scratch.len() && !to_the_end {
+                        break Ok(());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
