@@ -24,6 +24,9 @@ pub struct StorageOptions {
     pub compaction: Compaction,
     /// Start despite damaged records, skipping them.
     pub salvage: bool,
+    /// Keep durable bodies only in the log once written (a prototype, off by default:
+    /// [`jobyard_storage::LogOptions::bodies_in_log`]).
+    pub bodies_in_log: bool,
     /// Queues created (and pinned) before the log is replayed, so they list first
     /// (beanstalkd's `default`).
     pub queues_first: Vec<Bytes>,
@@ -134,6 +137,7 @@ fn open_dir(
     let log_options = LogOptions {
         fsync: options.fsync,
         segment_bytes: options.segment_bytes,
+        bodies_in_log: options.bodies_in_log,
     };
     let salvaged = !report.salvaged.is_empty() || !report.missing.is_empty();
     let log = Log::open(

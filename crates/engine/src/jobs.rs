@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use crate::change::{Change, PutState};
-use crate::job::{Job, JobState};
+use crate::job::{Body, Job, JobState, LogRef};
 use crate::queue::QueueId;
 use crate::{Engine, JobId, Millis};
 
@@ -153,6 +153,17 @@ impl Engine {
         PutOutcome { id }
     }
 
+    /// Tells the engine that a durable job's body is now readable at `at` in the log, so
+    /// its copy in memory may go. Ignored for a job that has ended, is not durable, or
+    /// whose body is not that long (nothing else may be put in its place).
+    pub fn body_written(&mut self, id: JobId, at: LogRef) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if job.durable && job.body.len() == at.len() as usize {
+                job.body = Body::Log(at);
+            }
+        }
+    }
+
     /// A job's attributes, if it was put with some.
     pub fn attrs_of(&self, id: JobId) -> Option<&Bytes> {
         self.attrs.get(&id)
@@ -191,7 +202,7 @@ impl Engine {
         durable: bool,
     ) {
         if durable {
-            self.live_bytes += self.record_cost(q, &body);
+            self.live_bytes += self.record_cost(q, body.len());
         }
         let job = Job {
             id,
@@ -209,7 +220,7 @@ impl Engine {
             releases: 0,
             buries: 0,
             kicks: 0,
-            body,
+            body: Body::Mem(body),
         };
         self.jobs.insert(id, Box::new(job));
         match state {
@@ -219,8 +230,8 @@ impl Engine {
         }
     }
 
-    pub(crate) fn record_cost(&self, q: QueueId, body: &[u8]) -> u64 {
-        body.len() as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
+    pub(crate) fn record_cost(&self, q: QueueId, body_len: usize) -> u64 {
+        body_len as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
     }
 
     /// The next job a reserve on this queue would get (pause ignored).

@@ -30,7 +30,7 @@ mod waits;
 
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
-pub use job::{Job, JobState};
+pub use job::{Body, Job, JobState, LogRef};
 pub use jobs::{NewJob, PutOutcome};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};
 pub use listing::{Cursor, Page};

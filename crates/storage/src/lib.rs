@@ -13,6 +13,7 @@
 //! A snapshot (`snap-N`) holds every live job as of the start of segment N, so segments
 //! before N can be deleted: that is how the log stays proportional to the live data.
 
+mod bodies;
 mod codec;
 mod files;
 mod lock;

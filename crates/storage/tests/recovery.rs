@@ -341,6 +341,7 @@ fn small_segments_roll_over_and_recover_in_order() {
         LogOptions {
             fsync: FsyncMode::Never,
             segment_bytes: 300,
+            bodies_in_log: false,
         },
     );
     let mut e = Engine::new();
@@ -618,6 +619,7 @@ fn in_always_mode_only_the_newest_segment_ends_in_zeros() {
         LogOptions {
             fsync: FsyncMode::Always,
             segment_bytes: 300,
+            bodies_in_log: false,
         },
     );
     for id in 1..=20 {
