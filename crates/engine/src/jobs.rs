@@ -40,13 +40,13 @@ pub struct PutOutcome {
 
 impl Engine {
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id).map(|job| &**job)
+        self.jobs.get(&id)
     }
 
     /// Every live job, in no particular order. For admin listings that must cover all
     /// queues at once (Gearman's `show jobs`, `prioritystatus`).
     pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
-        self.jobs.values().map(|job| &**job)
+        self.jobs.values()
     }
 
     pub fn job_count(&self) -> usize {
@@ -222,7 +222,7 @@ impl Engine {
             kicks: 0,
             body: Body::Mem(body),
         };
-        self.jobs.insert(id, Box::new(job));
+        self.jobs.insert(job);
         match state {
             PutState::Ready => self.enter_ready(id),
             PutState::Delayed(at) => self.enter_delayed(id, at),
@@ -236,15 +236,15 @@ impl Engine {
 
     /// The next job a reserve on this queue would get (pause ignored).
     pub fn peek_ready(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).ready.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).ready.first().map(|(_, id)| &self.jobs[id])
     }
     /// The delayed job of this queue that becomes ready soonest.
     pub fn peek_delayed(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).delayed.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).delayed.first().map(|(_, id)| &self.jobs[id])
     }
     /// The job of this queue that was buried longest ago.
     pub fn peek_buried(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).buried.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).buried.first().map(|(_, id)| &self.jobs[id])
     }
 
     /// Whole seconds until a delayed job is ready or a lease ends (0 otherwise).

@@ -15,6 +15,7 @@ mod ends;
 mod engine;
 pub mod flows;
 mod job;
+mod job_table;
 mod jobs;
 mod lease_timing;
 mod leases;
