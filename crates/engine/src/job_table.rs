@@ -118,7 +118,9 @@ impl JobTable {
 
 impl std::fmt::Debug for JobTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.values().map(|j| (j.id, j))).finish()
+        f.debug_map()
+            .entries(self.values().map(|j| (j.id, j)))
+            .finish()
     }
 }
 
@@ -158,7 +160,10 @@ mod tests {
     /// An empty slot costs no more than a job: `Option<Job>` uses the state's niche.
     #[test]
     fn a_slot_is_as_small_as_a_job() {
-        assert_eq!(std::mem::size_of::<Option<Job>>(), std::mem::size_of::<Job>());
+        assert_eq!(
+            std::mem::size_of::<Option<Job>>(),
+            std::mem::size_of::<Job>()
+        );
     }
 
     #[test]

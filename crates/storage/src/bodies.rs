@@ -13,7 +13,9 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::files::{classify, DataFile};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +49,16 @@ pub(crate) struct BodyFiles {
 const MAX_INDEX: u32 = (LogRef::MAX_POS >> 32) as u32;
 
 impl BodyFiles {
+    /// Files recovery read, file number `n` as index `n` (recovery's body places use
+    /// those numbers). A file that cannot be opened keeps its number, unreadable.
+    pub fn recovered(paths: &[PathBuf]) -> BodyFiles {
+        let files = BodyFiles::default();
+        for path in paths {
+            files.register(key_of(path), path);
+        }
+        files
+    }
+
     /// Opens `path` for reading bodies; returns its index, or `None` when the indices ran
     /// out or the file cannot be opened (its bodies then stay in memory).
     pub fn register(&self, key: FileKey, path: &Path) -> Option<u32> {
@@ -125,4 +137,23 @@ impl BodyFiles {
         file.read_exact_at(&mut body, offset)?;
         Ok(body)
     }
+}
+
+/// What a data file's name says it is.
+fn key_of(path: &Path) -> FileKey {
+    let (seq, snapshot) = match path.file_name().and_then(|n| n.to_str()).and_then(classify) {
+        Some(DataFile::Segment(n)) => (n, false),
+        Some(DataFile::Snapshot(n)) => (n, true),
+        _ => (0, false),
+    };
+    FileKey { seq, snapshot }
+}
+
+/// The reference to a body of `len` bytes at `offset` of body file `index` (for recovery:
+/// the file's number in `RecoveryReport::files`), if it fits one.
+pub fn body_ref(index: u32, offset: u64, len: usize) -> Option<LogRef> {
+    if offset > u32::MAX as u64 {
+        return None;
+    }
+    LogRef::new((index as u64) << 32 | offset, len)
 }

@@ -182,6 +182,19 @@ impl Log {
         options: LogOptions,
         on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     ) -> io::Result<Log> {
+        Log::open_after_recovery(dir, first_segment, options, on_durable, &[])
+    }
+
+    /// [`Log::open`] that also makes the files recovery read (`RecoveryReport::files`)
+    /// readable for bodies, file number `n` as body file index `n`, so places recovery
+    /// reported ([`crate::recover_placed`]) can be used as they are (`bodies_in_log`).
+    pub fn open_after_recovery(
+        dir: &Path,
+        first_segment: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+        recovered: &[PathBuf],
+    ) -> io::Result<Log> {
         let (segment, full) = match Segment::create_reserving(dir, first_segment, &options) {
             Ok(segment) => (segment, false),
             // Start on a full disk anyway: reads and deletes work, new jobs wait for room.
@@ -194,7 +207,9 @@ impl Log {
         if first_segment > 1 {
             seal_previous(dir, first_segment - 1, options.preallocated());
         }
-        let bodies = options.bodies_in_log.then(BodyFiles::default);
+        let bodies = options
+            .bodies_in_log
+            .then(|| BodyFiles::recovered(recovered));
         let mut segment = segment;
         segment.body_index = register_segment(bodies.as_ref(), dir, &segment);
         let shared = Arc::new(Shared {
