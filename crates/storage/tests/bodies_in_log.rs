@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jobyard_engine::{Body, Change, Engine, JobId, LogRef, Millis, QueueId};
-use jobyard_storage::{FsyncMode, Log, LogOptions};
+use jobyard_storage::{body_ref, recover_placed, FsyncMode, Log, LogOptions};
 
 const T0: Millis = 1_700_000_000_000;
 
@@ -187,4 +187,45 @@ fn compaction_moves_bodies_into_the_snapshot_and_the_engine_learns_where() {
     assert_bodies_read_back(&e, &log, live);
     // The old files are forgotten: their places no longer read.
     assert!(log.read_body(before[1]).is_err());
+}
+
+#[test]
+fn after_a_restart_bodies_are_read_where_recovery_found_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let ids = put_jobs(&mut e, &log, q, 100);
+    log.close();
+    drop(log);
+
+    let mut r = Engine::new();
+    let report = recover_placed(dir.path(), false, |change, place| {
+        let put = match (&change, place) {
+            (Change::Put { id, body, .. }, Some((file, offset))) => {
+                Some((*id, body_ref(file, offset, body.len()).expect("fits")))
+            }
+            _ => None,
+        };
+        r.replay(change);
+        if let Some((id, at)) = put {
+            r.body_written(id, at);
+        }
+    })
+    .expect("recovers");
+    let options = LogOptions {
+        fsync: FsyncMode::Never,
+        segment_bytes: 4096,
+        bodies_in_log: true,
+    };
+    let log = Log::open_after_recovery(
+        dir.path(),
+        report.next_segment,
+        options,
+        Box::new(|_| {}),
+        &report.files,
+    )
+    .expect("reopen");
+    assert!(report.files.len() > 2, "bodies in several files");
+    assert_bodies_read_back(&r, &log, &ids);
 }
