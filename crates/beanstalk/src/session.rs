@@ -320,7 +320,7 @@ impl Session {
         );
         match outcome {
             ReserveOutcome::Reserved(id) => {
-                write_job(out, b"RESERVED ", &txn, txn.job(id).expect("just reserved"));
+                write_job(out, b"RESERVED ", txn, txn.job(id).expect("just reserved"));
                 Some(b"")
             }
             ReserveOutcome::DeadlineSoon => Some(b"DEADLINE_SOON\r\n"),

@@ -111,7 +111,7 @@ impl LogRef {
 
     /// A reference, or `None` when the position or the length does not fit.
     pub fn new(pos: u64, len: usize) -> Option<LogRef> {
-        (pos <= Self::MAX_POS && len <= u16::MAX as usize).then(|| LogRef(pos << 16 | len as u64))
+        (pos <= Self::MAX_POS && len <= u16::MAX as usize).then_some(LogRef(pos << 16 | len as u64))
     }
 
     pub fn pos(self) -> u64 {
