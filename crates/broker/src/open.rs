@@ -113,16 +113,13 @@ fn open_dir(
     // from memory.
     let place_bodies = options.bodies_in_log && !options.salvage;
     let report = recover_placed(dir, options.salvage, |change, place| {
-        let put = match (&change, place) {
-            (Change::Put { id, body, .. }, Some((file, offset))) if place_bodies => {
-                Some((*id, body_ref(file, offset, body.len())))
+        let at = match (&change, place) {
+            (Change::Put { body, .. }, Some((file, offset))) if place_bodies => {
+                body_ref(file, offset, body.len())
             }
             _ => None,
         };
-        engine.replay(change);
-        if let Some((id, Some(at))) = put {
-            engine.body_written(id, at);
-        }
+        engine.replay_placed(change, at);
     })
     .map_err(|e| fail(format!("cannot recover the log: {e}"), 1))?;
     engine.raise_next_id(report.next_id);

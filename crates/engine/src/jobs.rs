@@ -139,7 +139,7 @@ impl Engine {
             job.delay,
             now,
             state,
-            body,
+            Body::Mem(body),
             job.durable,
         );
         if let Some(key) = job.unique {
@@ -198,7 +198,7 @@ impl Engine {
         delay: u32,
         created: Millis,
         state: PutState,
-        body: Box<[u8]>,
+        body: Body,
         durable: bool,
     ) {
         if durable {
@@ -220,7 +220,7 @@ impl Engine {
             releases: 0,
             buries: 0,
             kicks: 0,
-            body: Body::Mem(body),
+            body,
         };
         self.jobs.insert(job);
         match state {

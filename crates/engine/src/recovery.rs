@@ -12,6 +12,13 @@ impl Engine {
     /// Applies one change read back from the log. Reservations are not logged, so a job
     /// comes back ready, delayed or buried; changes to unknown jobs are ignored.
     pub fn replay(&mut self, change: Change) {
+        self.replay_placed(change, None);
+    }
+
+    /// [`Engine::replay`] for a caller that keeps bodies only in the log: a `Put` whose
+    /// body's place is given keeps only the place (see [`Engine::body_written`]), without
+    /// ever holding a copy of the body.
+    pub fn replay_placed(&mut self, change: Change, place: Option<LogRef>) {
         match change {
             Change::Put {
                 id,
@@ -39,7 +46,10 @@ impl Engine {
                     delay,
                     created,
                     state,
-                    Box::from(&body[..]),
+                    match place {
+                        Some(at) if at.len() as usize == body.len() => Body::Log(at),
+                        _ => Body::Mem(Box::from(&body[..])),
+                    },
                     true,
                 );
                 if let Some(key) = unique {

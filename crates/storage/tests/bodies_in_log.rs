@@ -200,17 +200,15 @@ fn after_a_restart_bodies_are_read_where_recovery_found_them() {
     drop(log);
 
     let mut r = Engine::new();
+    // As the broker does: each job is rebuilt holding only its body's place.
     let report = recover_placed(dir.path(), false, |change, place| {
-        let put = match (&change, place) {
-            (Change::Put { id, body, .. }, Some((file, offset))) => {
-                Some((*id, body_ref(file, offset, body.len()).expect("fits")))
+        let at = match (&change, place) {
+            (Change::Put { body, .. }, Some((file, offset))) => {
+                Some(body_ref(file, offset, body.len()).expect("fits"))
             }
             _ => None,
         };
-        r.replay(change);
-        if let Some((id, at)) = put {
-            r.body_written(id, at);
-        }
+        r.replay_placed(change, at);
     })
     .expect("recovers");
     let options = LogOptions {
