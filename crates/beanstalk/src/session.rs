@@ -185,7 +185,7 @@ impl Session {
             Command::ReserveJob(id) => {
                 self.became_worker();
                 if txn.reserve_job(self.conn, id, Lease::JobTtr, now) {
-                    write_job(out, b"RESERVED ", txn.job(id).expect("just reserved"));
+                    write_job(out, b"RESERVED ", &txn, txn.job(id).expect("just reserved"));
                     b""
                 } else {
                     b"NOT_FOUND\r\n"
@@ -223,19 +223,19 @@ impl Session {
             }
             Command::Peek(id) => {
                 self.count(Counted::Peek);
-                peek(out, txn.job(id))
+                peek(out, &txn, txn.job(id))
             }
             Command::PeekReady => {
                 self.count(Counted::PeekReady);
-                peek(out, txn.peek_ready(self.using))
+                peek(out, &txn, txn.peek_ready(self.using))
             }
             Command::PeekDelayed => {
                 self.count(Counted::PeekDelayed);
-                peek(out, txn.peek_delayed(self.using))
+                peek(out, &txn, txn.peek_delayed(self.using))
             }
             Command::PeekBuried => {
                 self.count(Counted::PeekBuried);
-                peek(out, txn.peek_buried(self.using))
+                peek(out, &txn, txn.peek_buried(self.using))
             }
             Command::Kick(bound) => {
                 self.count(Counted::Kick);
@@ -320,7 +320,7 @@ impl Session {
         );
         match outcome {
             ReserveOutcome::Reserved(id) => {
-                write_job(out, b"RESERVED ", txn.job(id).expect("just reserved"));
+                write_job(out, b"RESERVED ", txn, txn.job(id).expect("just reserved"));
                 Some(b"")
             }
             ReserveOutcome::DeadlineSoon => Some(b"DEADLINE_SOON\r\n"),
@@ -366,7 +366,7 @@ impl Session {
         let txn = self.server.broker.lock();
         match txn.job(id) {
             Some(job) if job.state == JobState::Reserved && job.owner == self.conn => {
-                write_job(out, b"RESERVED ", job);
+                write_job(out, b"RESERVED ", &txn, job);
                 true
             }
             _ => false,
@@ -474,21 +474,31 @@ fn itoa(n: u64) -> String {
     n.to_string()
 }
 
-fn write_job(out: &mut BytesMut, word: &[u8], job: &Job) {
-    out.reserve(job.body.len() + 48);
+/// Writes a job with its body; a body the log cannot give back gets `INTERNAL_ERROR`
+/// (logged) rather than a wrong body.
+fn write_job(out: &mut BytesMut, word: &[u8], txn: &Txn<'_>, job: &Job) {
+    let body = match txn.body(job) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::error!("cannot read job {}'s body back from the log: {e}", job.id);
+            out.put_slice(b"INTERNAL_ERROR\r\n");
+            return;
+        }
+    };
+    out.reserve(body.len() + 48);
     out.put_slice(word);
     out.put_slice(itoa(job.id).as_bytes());
     out.put_u8(b' ');
-    out.put_slice(itoa(job.body.len() as u64).as_bytes());
+    out.put_slice(itoa(body.len() as u64).as_bytes());
     out.put_slice(b"\r\n");
-    out.put_slice(&job.body);
+    out.put_slice(&body);
     out.put_slice(b"\r\n");
 }
 
-fn peek(out: &mut BytesMut, job: Option<&Job>) -> &'static [u8] {
+fn peek(out: &mut BytesMut, txn: &Txn<'_>, job: Option<&Job>) -> &'static [u8] {
     match job {
         Some(job) => {
-            write_job(out, b"FOUND ", job);
+            write_job(out, b"FOUND ", txn, job);
             b""
         }
         None => b"NOT_FOUND\r\n",

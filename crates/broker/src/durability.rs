@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobyard_engine::JobId;
+use jobyard_engine::{Change, JobId, LogRef};
 
 use crate::Broker;
 
@@ -80,6 +80,25 @@ pub(crate) const SNAPSHOT_CHUNK: usize = 512;
 /// Pause between chunks, in which connections get the lock.
 const SNAPSHOT_PAUSE: Duration = Duration::from_millis(1);
 
+/// Fills in the bodies only the log holds, read outside the engine lock. False (logged)
+/// if one cannot be read: the snapshot must not lose a body.
+fn read_bodies(broker: &Broker, jobs: &mut [Change], in_log: &[(usize, LogRef)]) -> bool {
+    let Some(log) = broker.log.as_ref() else {
+        return in_log.is_empty();
+    };
+    for &(i, at) in in_log {
+        match (log.read_body(at), &mut jobs[i]) {
+            (Ok(read), Change::Put { body, .. }) => *body = read.into(),
+            (Err(e), _) => {
+                tracing::error!("compaction cannot read a body back from the log: {e}");
+                return false;
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Copies the jobs into the snapshot a chunk at a time, taking the engine lock once per
 /// chunk, so a large queue never stops the server for the whole copy (the log's snapshot
 /// is "fuzzy": see `Log::begin_snapshot`).
@@ -89,8 +108,11 @@ fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[
             return; // dropping the feed abandons the snapshot
         }
         let started = std::time::Instant::now();
-        let jobs = broker.lock().snapshot_of(chunk);
+        let (mut jobs, in_log) = broker.lock().snapshot_of_split(chunk);
         let us = started.elapsed().as_micros() as u64;
+        if !read_bodies(broker, &mut jobs, &in_log) {
+            return; // dropping the feed abandons the snapshot; the log keeps its files
+        }
         let m = &broker.metrics().compaction;
         m.max_pause_us.fetch_max(us, Ordering::Relaxed);
         m.pause_us_total.fetch_add(us, Ordering::Relaxed);

@@ -22,6 +22,7 @@ mod open;
 mod timers;
 pub mod workers;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use jobyard_engine::{ConnId, Engine, Job, JobId, Millis};
+use jobyard_engine::{Body, ConnId, Engine, Job, JobId, Millis};
 use jobyard_storage::{DirLock, Log};
 use tokio::sync::Notify;
 
@@ -164,11 +165,20 @@ impl Broker {
 
     /// Locks the engine for a series of operations.
     pub fn lock(&self) -> Txn<'_> {
-        Txn {
+        let mut txn = Txn {
             broker: self,
             core: self.core.lock().unwrap_or_else(|e| e.into_inner()),
             lsn: 0,
+        };
+        // Bodies the log has written (or compaction moved) since the last turn: the
+        // engine keeps their places instead. Done before anything reads a body, so a body
+        // is never looked for in a file compaction has already let go of.
+        if let Some(log) = &self.log {
+            for (id, at) in log.take_located() {
+                txn.core.engine.body_written(id, at);
+            }
         }
+        txn
     }
 
     /// Registers a new session (a connection, or a worker token of a front end whose
@@ -263,6 +273,15 @@ pub struct Txn<'a> {
 }
 
 impl Txn<'_> {
+    /// A job's body, read back from the log when only the log holds it.
+    pub fn body<'j>(&self, job: &'j Job) -> std::io::Result<Cow<'j, [u8]>> {
+        match (&job.body, &self.broker.log) {
+            (Body::Mem(b), _) => Ok(Cow::Borrowed(b)),
+            (Body::Log(at), Some(log)) => log.read_body(*at).map(Cow::Owned),
+            (Body::Log(_), None) => Err(std::io::Error::other("no log to read the body from")),
+        }
+    }
+
     /// Ends the transaction and returns the log position its changes must reach before
     /// anything about them is acknowledged (0 if there were none).
     pub fn commit(mut self) -> Lsn {

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use jobyard_engine::Change;
 use jobyard_engine::Engine;
-use jobyard_storage::{recover, DirLock, FsyncMode, Log, LogOptions};
+use jobyard_storage::{body_ref, recover_placed, DirLock, FsyncMode, Log, LogOptions};
 use tokio::sync::Notify;
 
 use crate::{Broker, Compaction};
@@ -24,6 +25,9 @@ pub struct StorageOptions {
     pub compaction: Compaction,
     /// Start despite damaged records, skipping them.
     pub salvage: bool,
+    /// Keep durable bodies only in the log once written (a prototype, off by default:
+    /// [`jobyard_storage::LogOptions::bodies_in_log`]).
+    pub bodies_in_log: bool,
     /// Queues created (and pinned) before the log is replayed, so they list first
     /// (beanstalkd's `default`).
     pub queues_first: Vec<Bytes>,
@@ -103,8 +107,21 @@ fn open_dir(
         ),
     })?;
     let started = std::time::Instant::now();
-    let report = recover(dir, options.salvage, |change| engine.replay(change))
-        .map_err(|e| fail(format!("cannot recover the log: {e}"), 1))?;
+    // With bodies kept in the log, recovery records where each body is instead of keeping
+    // it (each body is dropped as soon as its job is rebuilt, so memory never holds them
+    // all). Not when salvaging: the snapshot that follows a salvage is taken in one go
+    // from memory.
+    let place_bodies = options.bodies_in_log && !options.salvage;
+    let report = recover_placed(dir, options.salvage, |change, place| {
+        let at = match (&change, place) {
+            (Change::Put { body, .. }, Some((file, offset))) if place_bodies => {
+                body_ref(file, offset, body.len())
+            }
+            _ => None,
+        };
+        engine.replay_placed(change, at);
+    })
+    .map_err(|e| fail(format!("cannot recover the log: {e}"), 1))?;
     engine.raise_next_id(report.next_id);
     if let Some((path, offset, dropped)) = &report.torn_tail {
         tracing::warn!(
@@ -134,13 +151,15 @@ fn open_dir(
     let log_options = LogOptions {
         fsync: options.fsync,
         segment_bytes: options.segment_bytes,
+        bodies_in_log: options.bodies_in_log,
     };
     let salvaged = !report.salvaged.is_empty() || !report.missing.is_empty();
-    let log = Log::open(
+    let log = Log::open_after_recovery(
         dir,
         report.next_segment,
         log_options,
         Box::new(move |_| durable_changed.notify_waiters()),
+        if place_bodies { &report.files } else { &[] },
     )
     .map_err(|e| fail(format!("cannot open the log in {}: {e}", dir.display()), 1))?;
     if salvaged {

@@ -90,7 +90,7 @@ impl Engine {
     /// As [`Engine::remove_job`], also returning the stamp of its lease if it was leased.
     pub(crate) fn remove_job_with_lease(&mut self, id: JobId) -> (Job, Option<u64>) {
         let stamp = self.leave_state(id);
-        let job = *self.jobs.remove(&id).expect("removed job exists");
+        let job = self.jobs.remove(&id).expect("removed job exists");
         if let Some(key) = self.unique_of.remove(&id) {
             self.by_unique.remove(&(job.queue, key));
         }
@@ -102,7 +102,7 @@ impl Engine {
             self.fenced.remove(&id);
         }
         if job.durable {
-            self.live_bytes -= self.record_cost(job.queue, &job.body);
+            self.live_bytes -= self.record_cost(job.queue, job.body.len());
         }
         (job, stamp)
     }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 
 use crate::change::Change;
-use crate::job::Job;
+use crate::job_table::JobTable;
 use crate::notice::Notice;
 use crate::queue::{Queue, QueueId};
 use crate::timers::Timers;
@@ -57,7 +57,7 @@ pub struct Counts {
 pub struct Engine {
     /// Boxed so the table's buckets stay small: a hash table is up to half empty after it
     /// grows, and empty buckets of a 120-byte value cost more than the job's body.
-    pub(crate) jobs: HashMap<JobId, Box<Job>>,
+    pub(crate) jobs: JobTable,
     pub(crate) queues: Vec<Option<Queue>>,
     pub(crate) free_queue_slots: Vec<QueueId>,
     pub(crate) by_name: HashMap<Bytes, QueueId>,
@@ -105,7 +105,7 @@ impl Default for Engine {
 impl Engine {
     pub fn new() -> Self {
         Engine {
-            jobs: HashMap::new(),
+            jobs: JobTable::default(),
             queues: Vec::new(),
             free_queue_slots: Vec::new(),
             by_name: HashMap::new(),

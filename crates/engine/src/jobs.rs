@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use crate::change::{Change, PutState};
-use crate::job::{Job, JobState};
+use crate::job::{Body, Job, JobState, LogRef};
 use crate::queue::QueueId;
 use crate::{Engine, JobId, Millis};
 
@@ -40,13 +40,13 @@ pub struct PutOutcome {
 
 impl Engine {
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id).map(|job| &**job)
+        self.jobs.get(&id)
     }
 
     /// Every live job, in no particular order. For admin listings that must cover all
     /// queues at once (Gearman's `show jobs`, `prioritystatus`).
     pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
-        self.jobs.values().map(|job| &**job)
+        self.jobs.values()
     }
 
     pub fn job_count(&self) -> usize {
@@ -139,7 +139,7 @@ impl Engine {
             job.delay,
             now,
             state,
-            body,
+            Body::Mem(body),
             job.durable,
         );
         if let Some(key) = job.unique {
@@ -151,6 +151,17 @@ impl Engine {
         self.queue_mut(q).total_jobs += 1;
         self.serve_waiters(now);
         PutOutcome { id }
+    }
+
+    /// Tells the engine that a durable job's body is now readable at `at` in the log, so
+    /// its copy in memory may go. Ignored for a job that has ended, is not durable, or
+    /// whose body is not that long (nothing else may be put in its place).
+    pub fn body_written(&mut self, id: JobId, at: LogRef) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if job.durable && job.body.len() == at.len() as usize {
+                job.body = Body::Log(at);
+            }
+        }
     }
 
     /// A job's attributes, if it was put with some.
@@ -187,11 +198,11 @@ impl Engine {
         delay: u32,
         created: Millis,
         state: PutState,
-        body: Box<[u8]>,
+        body: Body,
         durable: bool,
     ) {
         if durable {
-            self.live_bytes += self.record_cost(q, &body);
+            self.live_bytes += self.record_cost(q, body.len());
         }
         let job = Job {
             id,
@@ -211,7 +222,7 @@ impl Engine {
             kicks: 0,
             body,
         };
-        self.jobs.insert(id, Box::new(job));
+        self.jobs.insert(job);
         match state {
             PutState::Ready => self.enter_ready(id),
             PutState::Delayed(at) => self.enter_delayed(id, at),
@@ -219,21 +230,21 @@ impl Engine {
         }
     }
 
-    pub(crate) fn record_cost(&self, q: QueueId, body: &[u8]) -> u64 {
-        body.len() as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
+    pub(crate) fn record_cost(&self, q: QueueId, body_len: usize) -> u64 {
+        body_len as u64 + self.queue(q).name.len() as u64 + RECORD_OVERHEAD
     }
 
     /// The next job a reserve on this queue would get (pause ignored).
     pub fn peek_ready(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).ready.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).ready.first().map(|(_, id)| &self.jobs[id])
     }
     /// The delayed job of this queue that becomes ready soonest.
     pub fn peek_delayed(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).delayed.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).delayed.first().map(|(_, id)| &self.jobs[id])
     }
     /// The job of this queue that was buried longest ago.
     pub fn peek_buried(&self, q: QueueId) -> Option<&Job> {
-        self.queue(q).buried.first().map(|(_, id)| &*self.jobs[id])
+        self.queue(q).buried.first().map(|(_, id)| &self.jobs[id])
     }
 
     /// Whole seconds until a delayed job is ready or a lease ends (0 otherwise).

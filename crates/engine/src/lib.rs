@@ -15,6 +15,7 @@ mod ends;
 mod engine;
 pub mod flows;
 mod job;
+mod job_table;
 mod jobs;
 mod lease_timing;
 mod leases;
@@ -30,7 +31,7 @@ mod waits;
 
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
-pub use job::{Job, JobState};
+pub use job::{Body, Job, JobState, LogRef};
 pub use jobs::{NewJob, PutOutcome};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};
 pub use listing::{Cursor, Page};

@@ -5,13 +5,20 @@ use std::collections::HashSet;
 use bytes::Bytes;
 
 use crate::change::{Change, PutState};
-use crate::job::{Job, JobState};
+use crate::job::{Body, Job, JobState, LogRef};
 use crate::{Engine, JobId};
 
 impl Engine {
     /// Applies one change read back from the log. Reservations are not logged, so a job
     /// comes back ready, delayed or buried; changes to unknown jobs are ignored.
     pub fn replay(&mut self, change: Change) {
+        self.replay_placed(change, None);
+    }
+
+    /// [`Engine::replay`] for a caller that keeps bodies only in the log: a `Put` whose
+    /// body's place is given keeps only the place (see [`Engine::body_written`]), without
+    /// ever holding a copy of the body.
+    pub fn replay_placed(&mut self, change: Change, place: Option<LogRef>) {
         match change {
             Change::Put {
                 id,
@@ -39,7 +46,10 @@ impl Engine {
                     delay,
                     created,
                     state,
-                    Box::from(&body[..]),
+                    match place {
+                        Some(at) if at.len() as usize == body.len() => Body::Log(at),
+                        _ => Body::Mem(Box::from(&body[..])),
+                    },
                     true,
                 );
                 if let Some(key) = unique {
@@ -146,8 +156,24 @@ impl Engine {
 
     /// `Put` changes for those of `ids` that still exist and are durable, each in its
     /// current state (leased jobs as ready), and flow records for the flow slots.
+    ///
+    /// Panics if one of the jobs' bodies is only in the log: a caller that moves bodies to
+    /// the log ([`Engine::body_written`]) uses [`Engine::snapshot_of_split`].
     pub fn snapshot_of(&self, ids: &[JobId]) -> Vec<Change> {
+        let (out, in_log) = self.snapshot_of_split(ids);
+        assert!(
+            in_log.is_empty(),
+            "bodies in the log need snapshot_of_split"
+        );
+        out
+    }
+
+    /// [`Engine::snapshot_of`] for jobs whose bodies may be only in the log: those `Put`s
+    /// have an empty body, and their index in the list comes back with the body's place,
+    /// for the caller to read after letting go of the engine (no I/O under its lock).
+    pub fn snapshot_of_split(&self, ids: &[JobId]) -> (Vec<Change>, Vec<(usize, LogRef)>) {
         let mut out = Vec::with_capacity(ids.len());
+        let mut in_log = Vec::new();
         for &id in ids {
             match self.jobs.get(&id) {
                 Some(job) if job.durable => {
@@ -156,12 +182,15 @@ impl Engine {
                         JobState::Delayed => PutState::Delayed(job.due),
                         JobState::Ready | JobState::Reserved => PutState::Ready,
                     };
+                    if let Body::Log(at) = job.body {
+                        in_log.push((out.len(), at));
+                    }
                     out.push(self.put_change(job, state));
                 }
                 _ => self.flow_snapshot_of(id, &mut out),
             }
         }
-        out
+        (out, in_log)
     }
 
     pub(crate) fn put_change(&self, job: &Job, state: PutState) -> Change {
@@ -180,7 +209,10 @@ impl Engine {
             } else {
                 0
             },
-            body: Bytes::copy_from_slice(&job.body),
+            body: job
+                .body
+                .in_memory()
+                .map_or_else(Bytes::new, Bytes::copy_from_slice),
         }
     }
 }

@@ -1426,7 +1426,7 @@ fn durable_view(e: &Engine, ids: impl Iterator<Item = JobId>) -> BTreeMap<JobId,
                     delay: j.delay,
                     created: j.created,
                     due,
-                    body: j.body.to_vec(),
+                    body: j.body.in_memory().expect("in memory").to_vec(),
                     unique: e.unique_of(id).map(|k| k.to_vec()),
                 },
             )

@@ -385,8 +385,10 @@ impl Session {
         let mut key = coalesce_key(&s.unique, &s.data);
         if let Some(k) = &key {
             if let Some(id) = txn.find_unique(q, k) {
-                let same =
-                    !k.starts_with(DASH_KEY) || txn.job(id).is_some_and(|j| *j.body == s.data[..]);
+                let same = !k.starts_with(DASH_KEY)
+                    || txn
+                        .job(id)
+                        .is_some_and(|j| txn.body(j).is_ok_and(|b| *b == s.data[..]));
                 if same {
                     if !s.background {
                         txn.watch(self.conn, id);
@@ -558,14 +560,25 @@ impl Session {
         let func = &self.abilities[idx].name;
         let unique = shown_unique(txn.unique_of(id));
         let reducer = reg.tracked(id).and_then(|t| t.reducer.clone());
+        let body = match txn.body(job) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!("cannot read job {id}'s body back from the log: {e}");
+                put_error(
+                    out,
+                    "BODY_UNREADABLE",
+                    "the job's body cannot be read from the log",
+                );
+                return Outcome::Done(txn.commit());
+            }
+        };
+        let body = &body[..];
         match (grab, reducer) {
-            (Grab::Plain, _) => put_response(out, kind::JOB_ASSIGN, &[&h, func, &job.body]),
-            (Grab::All, Some(r)) => put_response(
-                out,
-                kind::JOB_ASSIGN_ALL,
-                &[&h, func, unique, &r, &job.body],
-            ),
-            _ => put_response(out, kind::JOB_ASSIGN_UNIQ, &[&h, func, unique, &job.body]),
+            (Grab::Plain, _) => put_response(out, kind::JOB_ASSIGN, &[&h, func, body]),
+            (Grab::All, Some(r)) => {
+                put_response(out, kind::JOB_ASSIGN_ALL, &[&h, func, unique, &r, body])
+            }
+            _ => put_response(out, kind::JOB_ASSIGN_UNIQ, &[&h, func, unique, body]),
         }
         if server.config.round_robin {
             let a = self.abilities.remove(idx);

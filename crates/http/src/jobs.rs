@@ -140,7 +140,14 @@ pub async fn get(State(api): State<Api>, PathText(id): PathText) -> Result<Json<
         bytes_out(&mut obj, "unique", key);
     }
     attributes_out(&mut obj, txn.attrs_of(id));
-    preview_out(&mut obj, &job.body, BODY_PREVIEW_BYTES);
+    let body = txn.body(job).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot read the body back from the log: {e}"),
+        )
+    })?;
+    preview_out(&mut obj, &body, BODY_PREVIEW_BYTES);
     Ok(Json(Value::Object(obj)))
 }
 

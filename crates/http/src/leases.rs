@@ -373,7 +373,13 @@ fn plain_hand_out(txn: &mut Txn<'_>, conn: ConnId, id: JobId, _: Option<u64>) ->
             job.due.saturating_sub(Broker::now()).into(),
         );
         obj.insert("ttr".into(), job.ttr.into());
-        bytes_out(&mut obj, "body", &job.body);
+        match txn.body(job) {
+            Ok(body) => bytes_out(&mut obj, "body", &body),
+            // The lease stands; the worker is told instead of handed a wrong body.
+            Err(e) => {
+                obj.insert("body_error".into(), e.to_string().into());
+            }
+        }
         attributes_out(&mut obj, txn.attrs_of(id));
         Value::Object(obj)
     })

@@ -170,7 +170,10 @@ fn summary(engine: &Engine, id: u64) -> Option<Value> {
     obj.insert("priority".into(), job.pri.into());
     obj.insert("attempts".into(), job.reserves.into());
     obj.insert("created_ms".into(), job.created.into());
-    preview_out(&mut obj, &job.body, LISTING_PREVIEW_BYTES);
+    // A listing reads no bodies back from the log: only those in memory are previewed.
+    if let Some(body) = job.body.in_memory() {
+        preview_out(&mut obj, body, LISTING_PREVIEW_BYTES);
+    }
     Some(Value::Object(obj))
 }
 

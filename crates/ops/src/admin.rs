@@ -179,7 +179,7 @@ fn job_json(engine: &Engine, job: &Job, now: Millis) -> Value {
         "buries": job.buries,
         "kicks": job.kicks,
         "size": job.body.len(),
-        "body_preview": text(&job.body),
+        "body_preview": job.body.in_memory().map(text),
         "attrs": engine.attrs_of(job.id).map(|a| text(a)),
     })
 }

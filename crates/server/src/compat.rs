@@ -132,6 +132,7 @@ pub fn parse(args: &[String]) -> Compat {
         segment_bytes,
         compact_min_bytes: 64 << 20,
         salvage: false,
+        bodies_in_log: false,
         max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
         user,
         verbosity,

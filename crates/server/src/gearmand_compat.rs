@@ -304,6 +304,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             segment_bytes: 64 << 20,
             compact_min_bytes: 64 << 20,
             salvage: false,
+            bodies_in_log: false,
             max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
             user,
             verbosity,

@@ -69,6 +69,7 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
             ..Compaction::default()
         },
         salvage: settings.salvage,
+        bodies_in_log: settings.bodies_in_log,
         queues_first,
     })
     .map_err(|e| Fatal(e.message, e.exit_code))

@@ -27,6 +27,8 @@ pub struct Settings {
     pub segment_bytes: u64,
     pub compact_min_bytes: u64,
     pub salvage: bool,
+    /// Keep durable bodies only in the log (a measured prototype, off by default).
+    pub bodies_in_log: bool,
     /// Bytes of unfinished request bodies all connections together may buffer.
     pub max_inflight_bytes: u64,
     /// Switch to this user after binding (beanstalkd `-u`).
@@ -112,6 +114,10 @@ pub struct ServeArgs {
     /// Start even if the log has damaged records, skipping what cannot be read.
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
+    /// Keep a durable job's body only in the log once written and read it back when the
+    /// job is handed out (a prototype, off by default: docs/performance.md).
+    #[arg(long, env = "JOBYARD_BODIES_IN_LOG")]
+    pub bodies_in_log: bool,
     /// Bytes of request bodies still being received that all connections together may
     /// buffer; past it a put gets OUT_OF_MEMORY (Gearman: ERROR) [default: 268435456].
     #[arg(long, env = "JOBYARD_MAX_INFLIGHT_BYTES")]
@@ -321,6 +327,7 @@ impl ServeArgs {
             segment_bytes: self.segment_bytes.unwrap_or(64 << 20),
             compact_min_bytes: self.compact_min_bytes.unwrap_or(64 << 20),
             salvage: self.salvage,
+            bodies_in_log: self.bodies_in_log,
             max_inflight_bytes: self
                 .max_inflight_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES),

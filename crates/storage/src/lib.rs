@@ -13,6 +13,7 @@
 //! A snapshot (`snap-N`) holds every live job as of the start of segment N, so segments
 //! before N can be deleted: that is how the log stays proportional to the live data.
 
+mod bodies;
 mod codec;
 mod files;
 mod lock;
@@ -20,10 +21,11 @@ mod recovery;
 mod stats;
 mod writer;
 
+pub use bodies::body_ref;
 pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
-pub use recovery::{recover, RecoveryError, RecoveryReport};
+pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
 pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 

@@ -79,7 +79,14 @@ pub struct RecoveryReport {
     /// Files the log needed that were not there, started without because salvaging was
     /// asked for. The caller should snapshot at once, so the next start does not need them.
     pub missing: Vec<PathBuf>,
+    /// The files read, in order: a body place's file number indexes this list (see
+    /// [`recover_placed`]).
+    pub files: Vec<PathBuf>,
 }
+
+/// Where a recovered `Put`'s body is: (number of the file in [`RecoveryReport::files`],
+/// offset of the body in that file).
+pub type BodyPlace = (u32, u64);
 
 /// Reads the data directory and hands every change, in order, to `apply`.
 ///
@@ -94,6 +101,16 @@ pub fn recover(
     dir: &Path,
     salvage: bool,
     mut apply: impl FnMut(Change),
+) -> Result<RecoveryReport, RecoveryError> {
+    recover_placed(dir, salvage, |change, _| apply(change))
+}
+
+/// [`recover`], also telling `apply` where each `Put`'s body is in the files, so a caller
+/// that keeps bodies only in the log need not keep them in memory.
+pub fn recover_placed(
+    dir: &Path,
+    salvage: bool,
+    mut apply: impl FnMut(Change, Option<BodyPlace>),
 ) -> Result<RecoveryReport, RecoveryError> {
     let io_err = |p: &Path| {
         let p = p.to_path_buf();
@@ -223,7 +240,7 @@ fn read_snapshot(
     seq: u64,
     salvage: bool,
     report: &mut RecoveryReport,
-    apply: &mut impl FnMut(Change),
+    apply: &mut impl FnMut(Change, Option<BodyPlace>),
 ) -> Result<(), RecoveryError> {
     let data = fs::read(path).map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
     let corrupt = |offset: usize, reason: &str| RecoveryError::Corrupt {
@@ -279,7 +296,7 @@ fn read_segment(
     named_by_predecessor: bool,
     salvage: bool,
     report: &mut RecoveryReport,
-    apply: &mut impl FnMut(Change),
+    apply: &mut impl FnMut(Change, Option<BodyPlace>),
 ) -> Result<SegmentRead, RecoveryError> {
     let data = fs::read(path).map_err(|e| RecoveryError::Io(path.to_path_buf(), e))?;
     let remove = || {
@@ -363,8 +380,10 @@ fn read_frames(
     tail_may_tear: bool,
     salvage: bool,
     report: &mut RecoveryReport,
-    apply: &mut impl FnMut(Change),
+    apply: &mut impl FnMut(Change, Option<BodyPlace>),
 ) -> Result<FramesRead, RecoveryError> {
+    let file = report.files.len() as u32;
+    report.files.push(path.to_path_buf());
     let mut successor = None;
     while offset < data.len() {
         let damage = match read_frame(&data[offset..]) {
@@ -376,7 +395,14 @@ fn read_frames(
                 }
                 match decode_change(payload) {
                     Ok(change) => {
-                        apply(change);
+                        let place = match &change {
+                            // The body ends the record.
+                            Change::Put { body, .. } => {
+                                Some((file, (offset + size - body.len()) as u64))
+                            }
+                            _ => None,
+                        };
+                        apply(change, place);
                         report.records += 1;
                         offset += size;
                         continue;

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use jobyard_engine::Change;
 
+use jobyard_engine::LogRef;
+
+use crate::bodies::{BodyFiles, FileKey};
 use crate::codec::{encode_change, encode_segment_end};
 use crate::files::{
     create_segment, free_bytes, header, list, preallocate, release_preallocation, segment_path,
@@ -38,6 +41,10 @@ pub struct LogOptions {
     pub fsync: FsyncMode,
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
+    /// Report where each durable body was written ([`Log::take_located`]) so the engine
+    /// can drop its copy, and read bodies back ([`Log::read_body`]). Off by default: a
+    /// measured prototype (docs/performance.md).
+    pub bodies_in_log: bool,
 }
 
 impl LogOptions {
@@ -65,6 +72,7 @@ impl Default for LogOptions {
         LogOptions {
             fsync: FsyncMode::Always,
             segment_bytes: 64 << 20,
+            bodies_in_log: false,
         }
     }
 }
@@ -109,13 +117,20 @@ struct SnapshotRequest {
 #[derive(Default)]
 struct Pending {
     buf: Vec<u8>,
+    /// Bodies in `buf` whose place is reported once written: (job, offset in `buf`, length).
+    bodies: Vec<PendingBody>,
     appended: Lsn,
     snapshot: Option<SnapshotRequest>,
     shutdown: bool,
 }
 
+/// A body in the pending buffer: (job, offset in the buffer, length).
+type PendingBody = (u64, usize, usize);
+
 struct Shared {
     dir: PathBuf,
+    /// Set with [`LogOptions::bodies_in_log`].
+    bodies: Option<BodyFiles>,
     options: LogOptions,
     pending: Mutex<Pending>,
     wake: Condvar,
@@ -142,6 +157,7 @@ struct Shared {
 struct WriterState {
     segment: Segment,
     spare: Vec<u8>,
+    spare_bodies: Vec<PendingBody>,
     last_sync: Instant,
     unsynced: bool,
     /// No new segment could be made (or its space reserved): new jobs are refused and
@@ -166,6 +182,19 @@ impl Log {
         options: LogOptions,
         on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
     ) -> io::Result<Log> {
+        Log::open_after_recovery(dir, first_segment, options, on_durable, &[])
+    }
+
+    /// [`Log::open`] that also makes the files recovery read (`RecoveryReport::files`)
+    /// readable for bodies, file number `n` as body file index `n`, so places recovery
+    /// reported ([`crate::recover_placed`]) can be used as they are (`bodies_in_log`).
+    pub fn open_after_recovery(
+        dir: &Path,
+        first_segment: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+        recovered: &[PathBuf],
+    ) -> io::Result<Log> {
         let (segment, full) = match Segment::create_reserving(dir, first_segment, &options) {
             Ok(segment) => (segment, false),
             // Start on a full disk anyway: reads and deletes work, new jobs wait for room.
@@ -178,8 +207,14 @@ impl Log {
         if first_segment > 1 {
             seal_previous(dir, first_segment - 1, options.preallocated());
         }
+        let bodies = options
+            .bodies_in_log
+            .then(|| BodyFiles::recovered(recovered));
+        let mut segment = segment;
+        segment.body_index = register_segment(bodies.as_ref(), dir, &segment);
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
+            bodies,
             options,
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
@@ -196,6 +231,7 @@ impl Log {
             writer: Mutex::new(WriterState {
                 segment,
                 spare: Vec::new(),
+                spare_bodies: Vec::new(),
                 last_sync: Instant::now(),
                 unsynced: false,
                 full,
@@ -218,9 +254,15 @@ impl Log {
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
         let mut p = self.shared.pending.lock().expect("log lock");
         let was_empty = p.buf.is_empty();
+        let track = self.shared.bodies.is_some();
         for change in changes {
             encode_change(&change, &mut p.buf);
             p.appended += 1;
+            if let (true, Change::Put { id, body, .. }) = (track, &change) {
+                // The body ends the record.
+                let at = p.buf.len() - body.len();
+                p.bodies.push((*id, at, body.len()));
+            }
         }
         let lsn = p.appended;
         // In `always` mode the writer thread does every write. Otherwise whoever waits for
@@ -281,6 +323,28 @@ impl Log {
     /// this caller's behalf).
     pub fn appended(&self) -> Lsn {
         self.shared.pending.lock().expect("log lock").appended
+    }
+
+    /// Whether bodies are reported and read back ([`LogOptions::bodies_in_log`]).
+    pub fn bodies_in_log(&self) -> bool {
+        self.shared.bodies.is_some()
+    }
+
+    /// Where bodies were written (or copied by compaction) since the last call: the
+    /// engine may keep these places instead of the bodies. One atomic load when none.
+    pub fn take_located(&self) -> Vec<(jobyard_engine::JobId, LogRef)> {
+        self.shared
+            .bodies
+            .as_ref()
+            .map_or_else(Vec::new, BodyFiles::take_located)
+    }
+
+    /// Reads a body back from the log with one `pread`.
+    pub fn read_body(&self, at: LogRef) -> io::Result<Vec<u8>> {
+        match &self.shared.bodies {
+            Some(bodies) => bodies.read(at),
+            None => Err(io::Error::other("bodies are not kept in the log")),
+        }
     }
 
     /// Everything up to this LSN may be acknowledged.
@@ -420,6 +484,8 @@ struct Segment {
     /// Whether to keep zeros ahead of the records (`always` mode, where every write is
     /// synced; elsewhere it would only double the bytes written).
     zero_ahead: bool,
+    /// The segment's index among the files bodies are read from (`bodies_in_log`).
+    body_index: Option<u32>,
 }
 
 impl Segment {
@@ -449,6 +515,7 @@ impl Segment {
             reserved_to: prealloc.max(HEADER_LEN as u64),
             written_to: HEADER_LEN as u64,
             zero_ahead: false,
+            body_index: None,
         })
     }
 
@@ -556,6 +623,7 @@ fn seal_previous(dir: &Path, seq: u64, reserved: u64) {
         reserved_to: meta.len() + reserved,
         written_to: meta.len(),
         zero_ahead: false,
+        body_index: None,
     };
     segment.seal(seq + 1);
 }
@@ -684,6 +752,7 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     let (upto, snapshot, records) = {
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
+        std::mem::swap(&mut p.bodies, &mut w.spare_bodies);
         let durable = shared.durable.load(Ordering::Relaxed);
         (p.appended, p.snapshot.take(), p.appended - durable)
     };
@@ -691,7 +760,13 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     shared.stats.wrote(data.len());
     let mut snapshot = snapshot;
     let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
+    let mut bodies = std::mem::take(&mut w.spare_bodies);
+    let mut found = Vec::new();
+    let first = (w.segment.body_index, w.segment.len);
     let mut written = write_data(shared, w, &data[..at], &mut snapshot);
+    if written {
+        locate(shared, &bodies, 0..at, first, 0, &mut found);
+    }
     if written {
         if let Some(req) = snapshot.take() {
             match rotate(shared, w) {
@@ -702,8 +777,17 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
                 }
             }
         }
+        let second = (w.segment.body_index, w.segment.len);
         written = write_data(shared, w, &data[at..], &mut None);
+        if written {
+            locate(shared, &bodies, at..data.len(), second, at, &mut found);
+        }
     }
+    if let Some(b) = &shared.bodies {
+        b.publish(&mut found);
+    }
+    bodies.clear();
+    w.spare_bodies = bodies;
     if let Some(req) = snapshot.take() {
         abandon_snapshot(shared, req);
     }
@@ -783,10 +867,39 @@ fn rotate(shared: &Shared, w: &mut WriterState) -> io::Result<()> {
             return Err(e);
         }
     };
+    let mut segment = segment;
+    segment.body_index = register_segment(shared.bodies.as_ref(), &shared.dir, &segment);
     let mut old = std::mem::replace(&mut w.segment, segment);
     old.seal(next);
     shared.current_segment.store(next, Ordering::Relaxed);
     Ok(())
+}
+
+/// Makes a segment readable for bodies when they are kept in the log.
+fn register_segment(bodies: Option<&BodyFiles>, dir: &Path, segment: &Segment) -> Option<u32> {
+    let key = FileKey {
+        seq: segment.seq,
+        snapshot: false,
+    };
+    bodies.and_then(|b| b.register(key, &segment_path(dir, segment.seq)))
+}
+
+/// The places of the pending bodies within `range` of a batch, written from `start.1` of
+/// the segment with body index `start.0`; `base` is where that part begins in the batch.
+fn locate(
+    shared: &Shared,
+    bodies: &[PendingBody],
+    range: std::ops::Range<usize>,
+    start: (Option<u32>, u64),
+    base: usize,
+    found: &mut Vec<(u64, LogRef)>,
+) {
+    let (Some(files), (Some(index), from)) = (&shared.bodies, start) else {
+        return;
+    };
+    for &(id, at, len) in bodies.iter().filter(|b| range.contains(&b.1)) {
+        files.located_at(found, id, index, from + (at - base) as u64, len);
+    }
 }
 
 /// Records whether the disk has room for new segments (`problem` is why not), logging
@@ -898,7 +1011,7 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
         .name("jobyard-snapshot".into())
         .spawn(move || {
             let shared = shared_for_thread;
-            match write_snapshot(&shared.dir, seq, req.feed, req.next_id) {
+            match write_snapshot(&shared, seq, req.feed, req.next_id) {
                 Ok(jobs) => {
                     if shared.snapshot_failing.swap(false, Ordering::Relaxed) {
                         tracing::info!("snapshots work again");
@@ -928,12 +1041,19 @@ fn spawn_snapshot(shared: &Arc<Shared>, seq: u64, req: SnapshotRequest) {
 /// Writes what the feed sends to `snap-<seq>.snap` and returns the number of jobs. The file
 /// is written under a temporary name and renamed only once complete and synced, so an
 /// interrupted snapshot leaves nothing recovery would trust.
-fn write_snapshot(dir: &Path, seq: u64, feed: Receiver<FeedItem>, next_id: u64) -> io::Result<u64> {
+fn write_snapshot(
+    shared: &Shared,
+    seq: u64,
+    feed: Receiver<FeedItem>,
+    next_id: u64,
+) -> io::Result<u64> {
+    let dir = shared.dir.as_path();
     let final_path = snapshot_path(dir, seq);
     let tmp = final_path.with_extension("snap.tmp");
-    let written = write_snapshot_file(&tmp, seq, feed, next_id);
+    let mut copied = shared.bodies.as_ref().map(|_| Vec::new());
+    let written = write_snapshot_file(&tmp, seq, feed, next_id, copied.as_mut());
     let jobs = match written {
-        Ok(jobs) => jobs,
+        Ok(done) => done,
         Err(e) => {
             let _ = fs::remove_file(&tmp);
             return Err(e);
@@ -941,6 +1061,22 @@ fn write_snapshot(dir: &Path, seq: u64, feed: Receiver<FeedItem>, next_id: u64) 
     };
     fs::rename(&tmp, &final_path)?;
     sync_dir(dir)?;
+    if let (Some(bodies), Some(copied)) = (&shared.bodies, copied) {
+        // The engine learns the copies' places before the old files are forgotten: a
+        // reader always finds a body either where it was or in the snapshot.
+        let key = FileKey {
+            seq,
+            snapshot: true,
+        };
+        if let Some(index) = bodies.register(key, &final_path) {
+            let mut found = Vec::with_capacity(copied.len());
+            for (id, at, len) in copied {
+                bodies.located_at(&mut found, id, index, at, len);
+            }
+            bodies.publish(&mut found);
+        }
+        bodies.forget_older_than(seq);
+    }
     for (kind, path) in list(dir)? {
         let old = match kind {
             DataFile::Segment(n) | DataFile::Snapshot(n) => n < seq,
@@ -954,24 +1090,33 @@ fn write_snapshot(dir: &Path, seq: u64, feed: Receiver<FeedItem>, next_id: u64) 
     Ok(jobs)
 }
 
+/// Writes the snapshot file; when `copied` is given, notes where each body went in it.
 fn write_snapshot_file(
     tmp: &Path,
     seq: u64,
     feed: Receiver<FeedItem>,
     next_id: u64,
+    mut copied: Option<&mut Vec<(u64, u64, usize)>>,
 ) -> io::Result<u64> {
     let mut out = io::BufWriter::with_capacity(1 << 20, File::create(tmp)?);
     out.write_all(&header(SNAPSHOT_MAGIC, seq))?;
     out.write_all(&next_id.to_le_bytes())?;
     let mut buf = Vec::with_capacity(64 << 10);
     let mut jobs = 0u64;
+    // File offset of `buf`'s first byte.
+    let mut flushed = (HEADER_LEN + 8) as u64;
     loop {
         match feed.recv() {
             Ok(FeedItem::Jobs(changes)) => {
                 for change in &changes {
                     encode_change(change, &mut buf);
+                    if let (Some(copied), Change::Put { id, body, .. }) = (&mut copied, change) {
+                        let at = flushed + (buf.len() - body.len()) as u64;
+                        copied.push((*id, at, body.len()));
+                    }
                     if buf.len() >= 60 << 10 {
                         out.write_all(&buf)?;
+                        flushed += buf.len() as u64;
                         buf.clear();
                     }
                 }

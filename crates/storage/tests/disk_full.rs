@@ -103,6 +103,7 @@ fn options() -> LogOptions {
     LogOptions {
         fsync: FsyncMode::Always,
         segment_bytes: 64 << 10,
+        bodies_in_log: false,
     }
 }
 

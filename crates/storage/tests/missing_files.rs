@@ -45,6 +45,7 @@ fn small_segments() -> LogOptions {
     LogOptions {
         fsync: FsyncMode::Always,
         segment_bytes: 2048,
+        bodies_in_log: false,
     }
 }
 

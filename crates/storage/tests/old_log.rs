@@ -49,6 +49,7 @@ fn a_log_written_by_the_previous_version_opens_and_continues() {
     let options = LogOptions {
         fsync: FsyncMode::Always,
         segment_bytes: 1024,
+        bodies_in_log: false,
     };
     let log = Log::open(dir.path(), report.next_segment, options, Box::new(|_| {})).unwrap();
     let lsn = log.append(std::iter::once(Change::Put {

@@ -131,7 +131,17 @@ fn view(e: &Engine, max_id: JobId) -> View {
                 .or_default()
                 .push((j.buried_seq(), j.id));
         }
-        jobs.insert(j.id, (name, state, j.pri, j.ttr, due, j.body.to_vec()));
+        jobs.insert(
+            j.id,
+            (
+                name,
+                state,
+                j.pri,
+                j.ttr,
+                due,
+                j.body.in_memory().expect("in memory").to_vec(),
+            ),
+        );
     }
     let buried = buried
         .into_iter()
@@ -341,6 +351,7 @@ fn small_segments_roll_over_and_recover_in_order() {
         LogOptions {
             fsync: FsyncMode::Never,
             segment_bytes: 300,
+            bodies_in_log: false,
         },
     );
     let mut e = Engine::new();
@@ -618,6 +629,7 @@ fn in_always_mode_only_the_newest_segment_ends_in_zeros() {
         LogOptions {
             fsync: FsyncMode::Always,
             segment_bytes: 300,
+            bodies_in_log: false,
         },
     );
     for id in 1..=20 {
@@ -881,7 +893,10 @@ fn a_snapshot_replaces_older_segments_and_recovers_the_same_state() {
     assert_eq!(report.next_segment, 3);
     assert_eq!(report.next_id, e.next_id() - 1);
     assert_eq!(view(&r, 100), view(&e, 100));
-    assert_eq!(&r.job(after).unwrap().body[..], b"after the snapshot");
+    assert_eq!(
+        r.job(after).unwrap().body.in_memory(),
+        Some(&b"after the snapshot"[..])
+    );
     assert!(report.torn_tail.is_none());
 }
 

@@ -283,7 +283,7 @@ impl Engine {
             0,
             created,
             state,
-            Box::from(&[][..]),
+            crate::job::Body::Mem(Box::from(&[][..])),
             false,
         );
         self.next_id = self.next_id.max(engine_id.saturating_add(1));

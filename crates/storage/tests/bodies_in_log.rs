@@ -1,0 +1,229 @@
+//! Bodies kept only in the log (`LogOptions::bodies_in_log`): the writer reports where each
+//! body landed, the engine keeps that place, and the body reads back byte for byte — after
+//! the write, after compaction moved it into a snapshot, and after its file was unlinked.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use jobyard_engine::{Body, Change, Engine, JobId, LogRef, Millis, QueueId};
+use jobyard_storage::{body_ref, recover_placed, FsyncMode, Log, LogOptions};
+
+const T0: Millis = 1_700_000_000_000;
+
+fn open(dir: &Path, fsync: FsyncMode) -> Log {
+    let options = LogOptions {
+        fsync,
+        segment_bytes: 4096,
+        bodies_in_log: true,
+    };
+    Log::open(dir, 1, options, Box::new(|_| {})).expect("open log")
+}
+
+fn body_of(id: JobId) -> Vec<u8> {
+    format!("body of job {id} ")
+        .repeat(1 + id as usize % 7)
+        .into_bytes()
+}
+
+/// Puts `n` durable jobs, 20 to a write (segments are cut between writes), and waits
+/// until their records are written.
+fn put_jobs(e: &mut Engine, log: &Log, q: QueueId, n: u64) -> Vec<JobId> {
+    let mut ids = Vec::new();
+    for _ in 0..n.div_ceil(20) {
+        for _ in 0..20 {
+            let body = Bytes::from(body_of(e.next_id()));
+            ids.push(e.put(q, 0, 0, 60, body, true, T0).id);
+        }
+        let lsn = log.append(e.take_changes());
+        wait_written(log, lsn);
+    }
+    ids.truncate(n as usize);
+    ids
+}
+
+fn wait_written(log: &Log, lsn: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log.write_through(lsn) && log.durable() < lsn {
+        assert!(Instant::now() < deadline, "never written");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Hands every place the log reported to the engine (what the broker does at each lock).
+fn learn_places(e: &mut Engine, log: &Log) -> usize {
+    let found = log.take_located();
+    for &(id, at) in &found {
+        e.body_written(id, at);
+    }
+    found.len()
+}
+
+fn place(e: &Engine, id: JobId) -> LogRef {
+    match e.job(id).expect("live job").body {
+        Body::Log(at) => at,
+        Body::Mem(_) => panic!("job {id}'s body is still in memory"),
+    }
+}
+
+fn assert_bodies_read_back(e: &Engine, log: &Log, ids: &[JobId]) {
+    for &id in ids {
+        let read = log.read_body(place(e, id)).expect("body reads back");
+        assert_eq!(read, body_of(id), "body of job {id}");
+    }
+}
+
+#[test]
+fn written_bodies_leave_memory_and_read_back_exactly() {
+    for fsync in [FsyncMode::Never, FsyncMode::Always] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open(dir.path(), fsync);
+        let mut e = Engine::new();
+        let q = e.queue_id_or_create(b"q");
+        // 4 KiB segments: the bodies spread over several files.
+        let ids = put_jobs(&mut e, &log, q, 300);
+        assert_eq!(learn_places(&mut e, &log), ids.len());
+        assert!(log.current_segment() > 2, "several segments were written");
+        assert_bodies_read_back(&e, &log, &ids);
+        log.close();
+    }
+}
+
+#[test]
+fn a_body_too_long_for_a_reference_stays_in_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let big = Bytes::from(vec![7u8; 70_000]);
+    let id = e.put(q, 0, 0, 60, big.clone(), true, T0).id;
+    let lsn = log.append(e.take_changes());
+    wait_written(&log, lsn);
+    assert_eq!(learn_places(&mut e, &log), 0);
+    assert_eq!(e.job(id).expect("live").body.in_memory(), Some(&big[..]));
+}
+
+#[test]
+fn a_place_reported_for_another_body_length_is_ignored() {
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let id = e.put(q, 0, 0, 60, Bytes::from_static(b"abc"), true, T0).id;
+    e.body_written(id, LogRef::new(16, 4).expect("fits"));
+    assert_eq!(e.job(id).expect("live").body.in_memory(), Some(&b"abc"[..]));
+    let memory_only = e.put(q, 0, 0, 60, Bytes::from_static(b"xyz"), false, T0).id;
+    e.body_written(memory_only, LogRef::new(16, 3).expect("fits"));
+    assert!(e.job(memory_only).expect("live").body.in_memory().is_some());
+}
+
+#[test]
+fn an_unlinked_segment_stays_readable_through_its_open_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let ids = put_jobs(&mut e, &log, q, 50);
+    learn_places(&mut e, &log);
+    // As compaction does once a snapshot replaces it, while a reader may hold its place.
+    fs::remove_file(dir.path().join("seg-0000000001.log")).expect("unlink segment 1");
+    assert_bodies_read_back(&e, &log, &ids);
+}
+
+#[test]
+fn a_place_in_no_known_file_is_an_error_not_a_wrong_body() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let nowhere = LogRef::new(4000 << 32, 10).expect("fits");
+    let err = log.read_body(nowhere).expect_err("no such file");
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    // Past the end of a real file: the read fails rather than returning short bytes.
+    let past_end = LogRef::new(1 << 20, 10).expect("fits");
+    assert!(log.read_body(past_end).is_err());
+}
+
+#[test]
+fn compaction_moves_bodies_into_the_snapshot_and_the_engine_learns_where() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let ids = put_jobs(&mut e, &log, q, 200);
+    learn_places(&mut e, &log);
+    let before: Vec<LogRef> = ids.iter().map(|&id| place(&e, id)).collect();
+
+    // What the broker's compaction does: jobs a chunk at a time, bodies only in the log
+    // read back outside the engine lock.
+    let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
+    // The cut is taken by the writer's next batch: a record after it starts the new segment.
+    assert!(e.delete(0, ids[0]));
+    let lsn = log.append(e.take_changes());
+    wait_written(&log, lsn);
+    for chunk in e.snapshot_order().chunks(64) {
+        let (mut jobs, in_log) = e.snapshot_of_split(chunk);
+        for (i, at) in in_log {
+            if let Change::Put { body, .. } = &mut jobs[i] {
+                *body = log.read_body(at).expect("old place reads").into();
+            }
+        }
+        assert!(feed.send(jobs));
+    }
+    feed.finish();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.snapshot_running() {
+        assert!(Instant::now() < deadline, "snapshot never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seg1 = dir.path().join("seg-0000000001.log");
+    assert!(!seg1.exists(), "compaction deleted the old segments");
+    assert!(learn_places(&mut e, &log) >= ids.len() - 1);
+    let live = &ids[1..];
+    for (&id, old) in ids.iter().zip(&before).skip(1) {
+        assert_ne!(
+            place(&e, id),
+            *old,
+            "job {id} has its place in the snapshot"
+        );
+    }
+    assert_bodies_read_back(&e, &log, live);
+    // The old files are forgotten: their places no longer read.
+    assert!(log.read_body(before[1]).is_err());
+}
+
+#[test]
+fn after_a_restart_bodies_are_read_where_recovery_found_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path(), FsyncMode::Never);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let ids = put_jobs(&mut e, &log, q, 100);
+    log.close();
+    drop(log);
+
+    let mut r = Engine::new();
+    // As the broker does: each job is rebuilt holding only its body's place.
+    let report = recover_placed(dir.path(), false, |change, place| {
+        let at = match (&change, place) {
+            (Change::Put { body, .. }, Some((file, offset))) => {
+                Some(body_ref(file, offset, body.len()).expect("fits"))
+            }
+            _ => None,
+        };
+        r.replay_placed(change, at);
+    })
+    .expect("recovers");
+    let options = LogOptions {
+        fsync: FsyncMode::Never,
+        segment_bytes: 4096,
+        bodies_in_log: true,
+    };
+    let log = Log::open_after_recovery(
+        dir.path(),
+        report.next_segment,
+        options,
+        Box::new(|_| {}),
+        &report.files,
+    )
+    .expect("reopen");
+    assert!(report.files.len() > 2, "bodies in several files");
+    assert_bodies_read_back(&r, &log, &ids);
+}
