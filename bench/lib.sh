@@ -85,8 +85,9 @@ server_cmd() {
     jobyard-beanstalk)
       local extra=""
       jobyard_has_gearman && extra="--gearman-listen off"
+      # JY_EXTRA: more server flags for one measurement (e.g. --bodies-in-log).
       echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen "127.0.0.1:$port" --fsync "$mode" $extra \
-        $(jobyard_http_off) ;;
+        $(jobyard_http_off) ${JY_EXTRA:-} ;;
     jobyard-gearman)
       echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen off --gearman-listen "127.0.0.1:$port" --fsync "$mode" \
         $(jobyard_http_off) ;;
