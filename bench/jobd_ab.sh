@@ -39,8 +39,12 @@ for r in $(seq "$ROUNDS"); do
     bin=$A
     [ "$side" = B ] && bin=$B
     log "round $r/$ROUNDS: $side ($bin)"
+    # Once more if it fails: on a shared machine the MariaDB it starts can lose its free
+    # port to another process before binding it.
     python3 "$ROOT/bench/jobd_bench.py" --bin "$bin" --shapes-only "${ARGS[@]}" \
-      --jsonl "$OUT/$side.jsonl" >/dev/null
+      --jsonl "$OUT/$side.jsonl" >/dev/null \
+      || python3 "$ROOT/bench/jobd_bench.py" --bin "$bin" --shapes-only "${ARGS[@]}" \
+        --jsonl "$OUT/$side.jsonl" >/dev/null
   done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -4,12 +4,13 @@
 //! Why: under load a job's end and the fetch of the next row come together (the end
 //! frees the slot the fetch fills). Written apart they cost MariaDB two commits (two log
 //! flushes) and two wake-ups of a connection thread; written in the fetch's transaction,
-//! one. A fetch is open from when it is started until it sends its second round trip
-//! (the UPDATEs and the `COMMIT`); an end that comes while one is open rides on it, and
-//! any other end goes to the done writer at once, so a job whose end no fetch follows is
-//! written without waiting. Nothing is acknowledged before it is stored: the job's task
-//! waits until the fetch has committed, and if the fetch fails its ends go to the done
-//! writer (which retries and sanitises), so a row is never left `running` by this.
+//! one. The carry is open while fetches are running: an end that comes before a fetch
+//! sends its second round trip (the UPDATEs and the `COMMIT`) rides on it, one that comes
+//! later waits for the next fetch, which under load follows at once (the slot that end
+//! freed is one it fills); when the fetches stop, the ends still waiting go to the done
+//! writer. Nothing is acknowledged before it is stored: the job's task waits until the
+//! fetch has committed, and if the fetch fails its ends go to the done writer (which
+//! retries and sanitises), so a row is never left `running` by this.
 
 use tokio::sync::oneshot;
 
@@ -42,7 +43,7 @@ impl Carried {
     }
 }
 
-/// The ends waiting for the open fetch, if one is open.
+/// The ends waiting for the next fetch's commit, while fetches run.
 #[derive(Default)]
 pub struct Carry {
     open: bool,
@@ -50,13 +51,14 @@ pub struct Carry {
 }
 
 impl Carry {
-    /// A fetch has started: ends may ride on it until [`Carry::close`].
+    /// A fetch has started: ends may ride on it, or on the ones after it, until
+    /// [`Carry::close`].
     pub fn open(&mut self) {
         self.open = true;
     }
 
-    /// Offers a job's end to the open fetch. `Ok`: it rides, and the receiver hears when it
-    /// is stored; `Err`: no fetch is open or the output is too large, write it yourself.
+    /// Offers a job's end to the fetches. `Ok`: it rides, and the receiver hears when it is
+    /// stored; `Err`: no fetch is running or the output is too large, write it yourself.
     pub fn offer(
         &mut self,
         id: u64,
@@ -74,11 +76,17 @@ impl Carry {
         Ok(rx)
     }
 
-    /// The fetch sends its commit: it takes the ends that came so far, and later ones go
-    /// to the done writer.
+    /// A fetch sends its commit: it takes the ends that came so far; later ones wait for
+    /// the next fetch.
+    pub fn take(&mut self) -> Vec<Carried> {
+        std::mem::take(&mut self.ends)
+    }
+
+    /// The fetches stopped: no more ends ride, and those still waiting are returned, to
+    /// be written another way.
     pub fn close(&mut self) -> Vec<Carried> {
         self.open = false;
-        std::mem::take(&mut self.ends)
+        self.take()
     }
 }
 
@@ -102,9 +110,12 @@ mod tests {
         c.open();
         assert!(c.offer(2, ended("a")).is_ok());
         assert!(c.offer(3, ended("b")).is_ok());
-        let taken: Vec<u64> = c.close().into_iter().map(|e| e.id).collect();
+        let taken: Vec<u64> = c.take().into_iter().map(|e| e.id).collect();
         assert_eq!(taken, vec![2, 3]);
-        assert!(c.offer(4, ended("")).is_err());
+        assert!(c.offer(4, ended("")).is_ok(), "waits for the next fetch");
+        let left: Vec<u64> = c.close().into_iter().map(|e| e.id).collect();
+        assert_eq!(left, vec![4]);
+        assert!(c.offer(5, ended("")).is_err());
         assert!(c.close().is_empty());
     }
 
@@ -121,7 +132,7 @@ mod tests {
         let mut c = Carry::default();
         c.open();
         let rx = c.offer(5, ended("out")).ok().unwrap();
-        for e in c.close() {
+        for e in c.take() {
             e.stored();
         }
         assert_eq!(rx.await.unwrap().stdout, "out");

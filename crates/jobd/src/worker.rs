@@ -627,14 +627,27 @@ impl Worker {
             }
             None => self.kick(),
         }
+        self.close_carry_unless_fetching();
     }
 
-    /// Runs one fetch: opens it, then commits it with the ends of jobs that came meanwhile
-    /// (see [`Carry`]). Those ends are acknowledged once committed, or handed to the done
+    /// When no fetch follows this one, the ends waiting for one go to the done writer.
+    fn close_carry_unless_fetching(&self) {
+        let left = {
+            let mut st = self.inner.state.lock().unwrap();
+            if st.polling {
+                return;
+            }
+            st.carry.close()
+        };
+        self.write_apart(left);
+    }
+
+    /// Runs one fetch: opens it, then commits it with the ends of jobs that came since the
+    /// previous fetch took its own (see [`Carry`]). Those ends are acknowledged once committed, or handed to the done
     /// writer if the fetch failed. Also says whether any end rode on it.
     async fn claim(&self, wants: &[(String, u64)]) -> (Result<Vec<Claimed>, sqlx::Error>, bool) {
         let opened = self.inner.store.open_fetch(wants).await;
-        let carried = self.inner.state.lock().unwrap().carry.close();
+        let carried = self.inner.state.lock().unwrap().carry.take();
         let result = match opened {
             Ok(open) => {
                 let ends: Vec<(u64, &Outcome)> =
@@ -666,8 +679,8 @@ impl Worker {
         }
     }
 
-    /// Stores a job's end: in the open fetch's commit if there is one and other jobs are
-    /// running, else through the done writer at once. `None` only if the writer's task
+    /// Stores a job's end: in the commit of a fetch (the running one or the next) while
+    /// fetches run and other jobs are running, else through the done writer at once. `None` only if the writer's task
     /// died with its runtime.
     ///
     /// A lone job's end does not ride: the fetch it starts may find nothing, and the end
