@@ -6,7 +6,7 @@
 #
 #   bash bench/jobd_ab.sh --a OLD/jobyard --b target/release/jobyard [--rounds 3] [--quick]
 #
-# Prints, per shape, the median of each side (jobs/s ÷ launch floor, worker and MariaDB CPU
+# Prints, per shape, the median of each side (and each round's figure) (jobs/s ÷ launch floor, worker and MariaDB CPU
 # ms/job, statements / commits / fsyncs per job, latency p50 / p99) and B / A, plus the load
 # average before and after. Keep a copy of the "before" binary before building the change.
 set -euo pipefail
@@ -67,13 +67,15 @@ fields = [
     ("p99 ms", lambda r: r["lat_direct"]["p99_ms"], 2),
 ]
 print(f"A/B, {rounds} alternating rounds; load average before {before}, after {after}\n")
-print("| shape | figure | A (median) | B (median) | B / A |")
+print("| shape | figure | A median (rounds) | B median (rounds) | B / A |")
 print("|---|---|---:|---:|---:|")
 for shape in ("1x1", "1x8", "4x4"):
     ra = [r for r in a if r["shape"] == shape]
     rb = [r for r in b if r["shape"] == shape]
     for name, f, d in fields:
-        ma, mb = statistics.median(map(f, ra)), statistics.median(map(f, rb))
+        va, vb = [f(r) for r in ra], [f(r) for r in rb]
+        ma, mb = statistics.median(va), statistics.median(vb)
         ratio = f"{mb / ma:.2f}" if ma else "-"
-        print(f"| {shape} | {name} | {ma:.{d}f} | {mb:.{d}f} | {ratio} |")
+        each = lambda v: ", ".join(f"{x:.{d}f}" for x in v)
+        print(f"| {shape} | {name} | {ma:.{d}f} ({each(va)}) | {mb:.{d}f} ({each(vb)}) | {ratio} |")
 PY

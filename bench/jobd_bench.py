@@ -289,12 +289,21 @@ def main():
     poll_s = a.poll_ms / 1000
     binary = Path(a.bin)
     tmp = Path(tempfile.mkdtemp(prefix="jobd-bench-"))
-    m = jc.Mariadb(tmp)
-    m.sql(f"SET GLOBAL innodb_flush_log_at_trx_commit = {a.db_flush}")
-    # Printed with the figures, so a run says what durability the database had.
-    db_settings = dict(zip(
-        ("innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "version"),
-        m.sql("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, VERSION()")[0]))
+    try:
+        m = jc.Mariadb(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        m.sql(f"SET GLOBAL innodb_flush_log_at_trx_commit = {a.db_flush}")
+        # Printed with the figures, so a run says what durability the database had.
+        db_settings = dict(zip(
+            ("innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "version"),
+            m.sql("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, VERSION()")[0]))
+    except BaseException:
+        m.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     results = []
 
     def record(**kw):

@@ -9,8 +9,9 @@
 //!
 //! Fetches stay on the pool: with the fetch on a connection of its own, a `SKIP LOCKED`
 //! fetch issued right after a poke sometimes passed over a `waiting` row committed before
-//! the poke (about one run in five of `test_worker_client_calls`, never with the pool in 40
-//! runs; cause not found), and a row passed over waits for the next poke.
+//! the poke (about one run in five of `test_worker_client_calls`; cause not found), and a
+//! row passed over waits for the next poke. With the pool it was not seen in 40 runs, but
+//! it has been since (2 in 20, docs/jobd.md "The jobs table"), so the pool does not cure it.
 
 use std::time::Duration;
 

@@ -52,7 +52,7 @@ struct State {
     premarked: BTreeMap<u64, Fetched>,
     /// Each target's figures (looked up once per target, not per job).
     target_metrics: HashMap<String, Arc<LabelledRow>>,
-    /// Ends of jobs written in the open fetch's commit (see [`Carry`]).
+    /// Ends of jobs waiting to be written in a fetch's commit (see [`Carry`]).
     carry: Carry,
 }
 
@@ -643,8 +643,9 @@ impl Worker {
     }
 
     /// Runs one fetch: opens it, then commits it with the ends of jobs that came since the
-    /// previous fetch took its own (see [`Carry`]). Those ends are acknowledged once committed, or handed to the done
-    /// writer if the fetch failed. Also says whether any end rode on it.
+    /// previous fetch took its own (see [`Carry`]). Those ends are acknowledged once
+    /// committed, or handed to the done writer if the fetch failed. Also says whether any
+    /// end rode on it.
     async fn claim(&self, wants: &[(String, u64)]) -> (Result<Vec<Claimed>, sqlx::Error>, bool) {
         let opened = self.inner.store.open_fetch(wants).await;
         let carried = self.inner.state.lock().unwrap().carry.take();
@@ -665,8 +666,8 @@ impl Worker {
         (result, any)
     }
 
-    /// Hands ends a failed fetch carried to the done writer, each job's task hearing when
-    /// its row is stored.
+    /// Hands ends no fetch will store (it failed, or none follows) to the done writer,
+    /// each job's task hearing when its row is stored.
     fn write_apart(&self, carried: Vec<Carried>) {
         for c in carried {
             let (id, outcome, stored) = c.into_parts();
@@ -680,8 +681,8 @@ impl Worker {
     }
 
     /// Stores a job's end: in the commit of a fetch (the running one or the next) while
-    /// fetches run and other jobs are running, else through the done writer at once. `None` only if the writer's task
-    /// died with its runtime.
+    /// fetches run and other jobs are running, else through the done writer at once.
+    /// `None` only if the writer's task died with its runtime.
     ///
     /// A lone job's end does not ride: the fetch it starts may find nothing, and the end
     /// would then wait a round trip (the fetch's SELECT) for a commit it need not share
