@@ -7,11 +7,9 @@
 //! connection is checked by use: any error that may have left it unusable drops it, and the
 //! next use opens a new one.
 //!
-//! Fetches stay on the pool: with the fetch on a connection of its own, a `SKIP LOCKED`
-//! fetch issued right after a poke sometimes passed over a `waiting` row committed before
-//! the poke (about one run in five of `test_worker_client_calls`; cause not found), and a
-//! row passed over waits for the next poke. With the pool it was not seen in 40 runs, but
-//! it has been since (2 in 20, docs/jobd.md "The jobs table"), so the pool does not cure it.
+//! Fetches stay on the pool, though the reason they went back (a fetch passing over a
+//! `waiting` row) turned out to be run-manual's claim locking every row of a small table
+//! (see [`crate::store::Store::claim_manual`]), not the connection.
 
 use std::time::Duration;
 

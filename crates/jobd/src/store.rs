@@ -233,8 +233,12 @@ impl Store {
     ) -> Result<ManualClaim, sqlx::Error> {
         let mut out = ManualClaim::default();
         let mut tx = self.pool.begin().await?;
+        // By the primary key only: on a small table the optimizer prefers scanning a whole
+        // index, and this locking read then locks every row until the commit, `waiting`
+        // rows included, which a fetch running meanwhile skips (`SKIP LOCKED`) and, having
+        // got fewer rows than it asked for, does not fetch again until the next poke.
         let sql = format!(
-            "SELECT id, status, target FROM {} WHERE id IN ({}) FOR UPDATE",
+            "SELECT id, status, target FROM {} FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
             self.table,
             id_list(ids)
         );
