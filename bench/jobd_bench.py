@@ -118,6 +118,13 @@ class Db:
         row = self.cur.fetchone()
         return row[0] if row else ""
 
+    def server_counters(self) -> dict[str, int]:
+        """MariaDB's server-wide counters of statements, explicit COMMITs and InnoDB fsyncs (the
+        bench's own INSERTs and reads are in them too: about 0.1 statement per job)."""
+        self.cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN"
+                         " ('Questions','Com_commit','Innodb_data_fsyncs')")
+        return {k: int(v) for k, v in self.cur.fetchall()}
+
     def close(self):
         self.conn.close()
 
@@ -182,6 +189,7 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     names = list(shape)
     poke = Eot(worker.port)
     cpu0, db_cpu0 = cpu_s(worker.proc.pid), cpu_s(mariadb_pid)
+    counters0 = db.server_counters()
     t0 = time.perf_counter()
     sent = 0
     while sent < n:
@@ -197,11 +205,15 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     dt = time.perf_counter() - t0
     cpu = cpu_s(worker.proc.pid) - cpu0
     db_cpu = cpu_s(mariadb_pid) - db_cpu0
+    counters = {k: v - counters0.get(k, 0) for k, v in db.server_counters().items()}
     return {
         "jobs": n, "seconds": round(dt, 3), "jobs_per_s": round(n / dt, 1),
         "worker_cpu_ms_per_job": round(cpu * 1000 / n, 3),
         "worker_cpu_pct": round(cpu / dt * 100, 1),
         "mariadb_cpu_ms_per_job": round(db_cpu * 1000 / n, 3),
+        "statements_per_job": round(counters.get("Questions", 0) / n, 2),
+        "commits_per_job": round(counters.get("Com_commit", 0) / n, 2),
+        "fsyncs_per_job": round(counters.get("Innodb_data_fsyncs", 0) / n, 2),
         "worker_rss_kib": mem_kib(worker.proc.pid, "VmRSS"),
         "worker_hwm_kib": mem_kib(worker.proc.pid, "VmHWM"),
     }
@@ -271,16 +283,27 @@ def main():
                     help="latency: pause between the client's reads of the row")
     ap.add_argument("--breakdown", action="store_true",
                     help="1x8 worker at debug level; print where its latency goes")
+    ap.add_argument("--shapes-only", action="store_true",
+                    help="only the three `jobd` shapes (no serve, no master run): for A/B runs")
     a = ap.parse_args()
     poll_s = a.poll_ms / 1000
     binary = Path(a.bin)
     tmp = Path(tempfile.mkdtemp(prefix="jobd-bench-"))
-    m = jc.Mariadb(tmp)
-    m.sql(f"SET GLOBAL innodb_flush_log_at_trx_commit = {a.db_flush}")
-    # Printed with the figures, so a run says what durability the database had.
-    db_settings = dict(zip(
-        ("innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "version"),
-        m.sql("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, VERSION()")[0]))
+    try:
+        m = jc.Mariadb(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        m.sql(f"SET GLOBAL innodb_flush_log_at_trx_commit = {a.db_flush}")
+        # Printed with the figures, so a run says what durability the database had.
+        db_settings = dict(zip(
+            ("innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "version"),
+            m.sql("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, VERSION()")[0]))
+    except BaseException:
+        m.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     results = []
 
     def record(**kw):
@@ -296,7 +319,9 @@ def main():
         return Db(m, f"bench{counter[0]}")
 
     try:
-        runs = [(label, shape, False) for label, shape in SHAPES] + [("1x8", SHAPES[1][1], True)]
+        runs = [(label, shape, False) for label, shape in SHAPES]
+        if not a.shapes_only:
+            runs.append(("1x8", SHAPES[1][1], True))
         for label, shape, serve in runs:
             db = fresh_db()
             debug = a.breakdown and label == "1x8" and not serve
@@ -312,32 +337,33 @@ def main():
             floor = launch_floor(a.jobs, sum(shape.values()))
             record(shape=label, mode="serve" if serve else "jobd", loadavg=os.getloadavg()[0], **tp,
                    lat_direct=lat, floor_per_s=floor, **({"breakdown": split} if split else {}))
-        # Through the master: its poke throttle (default 0.5 s) delays a poke that follows
-        # another within the interval, so samples are spaced past it.
-        db = fresh_db()
-        mport = free_port()
-        mcfg = tmp / "master.conf"
-        mcfg.write_text(f"host = 127.0.0.1\nport = {mport}\n")
-        master = subprocess.Popen([str(binary), "jobd-master", "--config", str(mcfg)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_port(mport, master, "jobd-master")
-            w = Worker(binary, m, db, SHAPES[1][1], tmp, False, master_port=mport)
+        if not a.shapes_only:
+            # Through the master: its poke throttle (default 0.5 s) delays a poke that follows
+            # another within the interval, so samples are spaced past it.
+            db = fresh_db()
+            mport = free_port()
+            mcfg = tmp / "master.conf"
+            mcfg.write_text(f"host = 127.0.0.1\nport = {mport}\n")
+            master = subprocess.Popen([str(binary), "jobd-master", "--config", str(mcfg)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             try:
-                ctl = Eot(mport)
-                deadline = time.time() + 30
-                while not ctl.request("status").get("data", {}).get("workers"):
-                    assert time.time() < deadline, "the worker never registered"
-                    time.sleep(0.05)
-                lat = latency(db, mport, "poke", "t1", a.master_samples, 0.55, poll_s)
-                lat.pop("ids"), lat.pop("ms")
+                wait_port(mport, master, "jobd-master")
+                w = Worker(binary, m, db, SHAPES[1][1], tmp, False, master_port=mport)
+                try:
+                    ctl = Eot(mport)
+                    deadline = time.time() + 30
+                    while not ctl.request("status").get("data", {}).get("workers"):
+                        assert time.time() < deadline, "the worker never registered"
+                        time.sleep(0.05)
+                    lat = latency(db, mport, "poke", "t1", a.master_samples, 0.55, poll_s)
+                    lat.pop("ids"), lat.pop("ms")
+                finally:
+                    w.stop()
             finally:
-                w.stop()
-        finally:
-            master.terminate()
-            master.wait(30)
-            db.close()
-        record(shape="1x8", mode="via-master", lat_master=lat)
+                master.terminate()
+                master.wait(30)
+                db.close()
+            record(shape="1x8", mode="via-master", lat_master=lat)
         record(mode="settings", **db_settings, loadavg=os.getloadavg()[0])
     finally:
         m.stop()
@@ -345,8 +371,8 @@ def main():
 
     print("| shape | worker | jobs/s | launch floor/s (xargs -P) | vs floor | worker CPU ms/job"
           " (% of a core) | MariaDB CPU ms/job | worker RSS / peak MiB |"
-          " INSERT+poke → done p50 / p99 ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          " INSERT+poke → done p50 / p99 ms | MariaDB statements / commits / fsyncs per job |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         if "jobs_per_s" not in r:
             continue
@@ -357,7 +383,8 @@ def main():
               f" {r['worker_cpu_ms_per_job']:.3f} ({r['worker_cpu_pct']:.0f} %) |"
               f" {r['mariadb_cpu_ms_per_job']:.3f} |"
               f" {r['worker_rss_kib'] / 1024:.1f} / {r['worker_hwm_kib'] / 1024:.1f} |"
-              f" {r['lat_direct']['p50_ms']:.2f} / {r['lat_direct']['p99_ms']:.2f} |")
+              f" {r['lat_direct']['p50_ms']:.2f} / {r['lat_direct']['p99_ms']:.2f} |"
+              f" {r['statements_per_job']:.2f} / {r['commits_per_job']:.2f} / {r['fsyncs_per_job']:.2f} |")
     for r in results:
         if "breakdown" in r:
             b = r["breakdown"]

@@ -7,10 +7,9 @@
 //! connection is checked by use: any error that may have left it unusable drops it, and the
 //! next use opens a new one.
 //!
-//! Fetches stay on the pool: with the fetch on a connection of its own, a `SKIP LOCKED`
-//! fetch issued right after a poke sometimes passed over a `waiting` row committed before
-//! the poke (about one run in five of `test_worker_client_calls`, never with the pool in 40
-//! runs; cause not found), and a row passed over waits for the next poke.
+//! Fetches stay on the pool, though the reason they went back (a fetch passing over a
+//! `waiting` row) turned out to be run-manual's claim locking every row of a small table
+//! (see [`crate::store::Store::claim_manual`]), not the connection.
 
 use std::time::Duration;
 

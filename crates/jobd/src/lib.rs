@@ -10,6 +10,8 @@
 //! [`launcher`] runs a job's process (it does not depend on jobd and can run a command per
 //! job for any queue).
 
+#[cfg(feature = "mysql")]
+pub mod carry;
 pub mod config;
 #[cfg(feature = "mysql")]
 pub mod dedicated;
@@ -30,6 +32,8 @@ pub mod session;
 #[cfg(feature = "mysql")]
 pub mod slots;
 pub mod spawn;
+#[cfg(feature = "mysql")]
+pub mod sqltext;
 #[cfg(feature = "mysql")]
 pub mod store;
 #[cfg(feature = "mysql")]

@@ -15,12 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Executor, MySql, Row};
 
 use crate::config::MysqlConfig;
 use crate::dedicated::Dedicated;
 use crate::launcher::{signal_name, Outcome};
 use crate::metrics::JobdMetrics;
+use crate::sqltext;
 
 /// Largest `mediumtext` value, in bytes (the README schema's column type).
 pub const MEDIUMTEXT_MAX: usize = 16 * 1024 * 1024 - 1;
@@ -33,6 +35,13 @@ pub struct Store {
     writer: Arc<Dedicated>,
     table: String,
     metrics: Option<JobdMetrics>,
+}
+
+/// A fetch between its two round trips (see [`Store::open_fetch`]): the rows it took are
+/// locked on its connection, not yet written.
+pub struct OpenFetch {
+    conn: PoolConnection<MySql>,
+    claimed: Vec<Claimed>,
 }
 
 /// A row a worker took for one of its targets.
@@ -62,31 +71,6 @@ fn now() -> i64 {
 
 fn id_list(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// `BEGIN` and one `SELECT … FOR UPDATE SKIP LOCKED` per wanted target, as one text batch
-/// (one round trip instead of one for `BEGIN` and one per target). Each row carries the
-/// index of its target in `wants` as `w`. Targets are written as hex literals with a
-/// character set introducer: no escaping to get wrong whatever the name or `sql_mode`,
-/// and, being literals, they compare under the column's collation as a bound value would.
-fn select_waiting_sql(table: &str, wants: &[(String, u64)]) -> String {
-    let mut sql = String::from("BEGIN");
-    for (i, (target, limit)) in wants.iter().enumerate() {
-        if *limit == 0 {
-            continue;
-        }
-        let hex: String = target.bytes().map(|b| format!("{b:02X}")).collect();
-        let literal = if hex.is_empty() {
-            "''".to_string()
-        } else {
-            format!("_utf8mb4 X'{hex}'")
-        };
-        sql.push_str(&format!(
-            "; SELECT id, {i} AS w FROM {table} WHERE status='waiting' AND target={literal} \
-             ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED"
-        ));
-    }
-    sql
 }
 
 /// The batched `done` UPDATE for `rows` rows. Its text depends only on the row count, so
@@ -150,42 +134,38 @@ impl Store {
         }
     }
 
-    /// Takes up to `limit` `waiting` rows of each target, oldest id first, skipping rows
-    /// another worker has locked. Rows are fetched only for free slots, so each starts at
-    /// once: the same transaction writes `accepted` and then `running, result='ok',
-    /// time_started` (jobd's order; one commit instead of two, which halves the fsyncs
-    /// before a job can start). Returned rows are `running`.
-    ///
-    /// Two round trips whatever the number of targets: `BEGIN` with every target's `SELECT
-    /// … FOR UPDATE SKIP LOCKED` as one text batch, then both UPDATEs with the `COMMIT` as
-    /// another (their id lists change every time: preparing them would cost a round trip
-    /// and a server-side prepare each). The first batch is on the path from a poke to the
-    /// launch, so every round trip saved there shortens it.
+    /// Opens a fetch: takes up to `limit` `waiting` rows of each target, oldest id first,
+    /// skipping rows another worker has locked, and holds them locked (`FOR UPDATE`) until
+    /// [`Store::commit_fetch`]. One round trip whatever the number of targets: `BEGIN` with
+    /// every target's `SELECT … FOR UPDATE SKIP LOCKED` as one text batch. It is on the
+    /// path from a poke to the launch, so every round trip saved there shortens it.
     ///
     /// (Boxed: the text-protocol executor's lifetimes are too general for the compiler to
     /// see the future is `Send` from a spawned task; boxing settles them here.)
-    pub fn fetch_waiting<'a>(
+    pub fn open_fetch<'a>(
         &'a self,
         wants: &'a [(String, u64)],
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<OpenFetch, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await?;
-            let result = self.claim_waiting(&mut conn, wants).await;
-            if result.is_err() {
-                // The transaction may still be open on this connection: close it (which
-                // rolls back) rather than hand it back to the pool.
-                let _ = conn.close().await;
+            match self.select_waiting(&mut conn, wants).await {
+                Ok(claimed) => Ok(OpenFetch { conn, claimed }),
+                Err(e) => {
+                    // The transaction may still be open on this connection: close it
+                    // (which rolls back) rather than hand it back to the pool.
+                    let _ = conn.close().await;
+                    Err(e)
+                }
             }
-            result
         })
     }
 
-    async fn claim_waiting(
+    async fn select_waiting(
         &self,
         conn: &mut sqlx::MySqlConnection,
         wants: &[(String, u64)],
     ) -> Result<Vec<Claimed>, sqlx::Error> {
-        let select = select_waiting_sql(&self.table, wants);
+        let select = sqltext::select_waiting(&self.table, wants);
         let rows = conn.fetch_all(select.as_str()).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
@@ -198,22 +178,50 @@ impl Store {
                 target: target.clone(),
             });
         }
-        let finish = if claimed.is_empty() {
-            "COMMIT".to_string()
-        } else {
-            let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
-            let ids = id_list(&ids);
-            format!(
-                "UPDATE {t} SET status='accepted' WHERE id IN ({ids}); \
-                 UPDATE {t} SET status='running', result='ok', time_started={now} WHERE id IN ({ids}); \
-                 COMMIT",
-                t = self.table,
-                now = now()
-            )
-        };
-        conn.execute(finish.as_str()).await?;
         claimed.sort_by_key(|c| c.id);
         Ok(claimed)
+    }
+
+    /// Ends a fetch: the rows it took are written `accepted` and then `running,
+    /// result='ok', time_started` (jobd's order) in its transaction, since rows are fetched
+    /// only for free slots and each starts at once (one commit instead of two, which halves
+    /// the fsyncs before a job can start), and the `done` rows of `ends` (jobs that ended
+    /// meanwhile) are written in the same transaction, so they share its round trip and
+    /// its commit instead of needing their own. One round trip: the UPDATEs and the
+    /// `COMMIT` as one text batch (their id lists change every time: nothing to prepare).
+    /// Returns the rows taken, now `running`. On an error nothing is written (the
+    /// connection is closed, which rolls back): the caller writes `ends` another way.
+    pub fn commit_fetch<'a>(
+        &'a self,
+        open: OpenFetch,
+        ends: &'a [(u64, &'a Outcome)],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
+        Box::pin(async move {
+            let OpenFetch { mut conn, claimed } = open;
+            let mut sql = String::new();
+            if !claimed.is_empty() {
+                let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+                let ids = id_list(&ids);
+                sql.push_str(&format!(
+                    "UPDATE {t} SET status='accepted' WHERE id IN ({ids}); \
+                     UPDATE {t} SET status='running', result='ok', time_started={now} WHERE id IN ({ids}); ",
+                    t = self.table,
+                    now = now()
+                ));
+            }
+            if !ends.is_empty() {
+                sql.push_str(&sqltext::done_rows(&self.table, ends, now()));
+                sql.push_str("; ");
+            }
+            sql.push_str("COMMIT");
+            match conn.execute(sql.as_str()).await {
+                Ok(_) => Ok(claimed),
+                Err(e) => {
+                    let _ = conn.close().await;
+                    Err(e)
+                }
+            }
+        })
     }
 
     /// Takes the `manual` rows among `ids` whose target `serves` accepts. Other rows are
@@ -225,8 +233,12 @@ impl Store {
     ) -> Result<ManualClaim, sqlx::Error> {
         let mut out = ManualClaim::default();
         let mut tx = self.pool.begin().await?;
+        // By the primary key only: on a small table the optimizer prefers scanning a whole
+        // index, and this locking read then locks every row until the commit, `waiting`
+        // rows included, which a fetch running meanwhile skips (`SKIP LOCKED`) and, having
+        // got fewer rows than it asked for, does not fetch again until the next poke.
         let sql = format!(
-            "SELECT id, status, target FROM {} WHERE id IN ({}) FOR UPDATE",
+            "SELECT id, status, target FROM {} FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
             self.table,
             id_list(ids)
         );
@@ -492,7 +504,7 @@ fn text(row: &sqlx::mysql::MySqlRow, col: &str) -> Result<String, sqlx::Error> {
 
 /// MySQL errors about the value, not the connection: 1366 incorrect string value,
 /// 1406 data too long, 1264 out of range, 1265 truncated, 1301/1153 packet too large.
-fn is_data_error(e: &sqlx::Error) -> bool {
+pub fn is_data_error(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => {
             let code = db

@@ -19,6 +19,7 @@ use serde_json::{json, Map, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
+use crate::carry::{Carried, Carry};
 use crate::config::JobdConfig;
 use crate::engine_slots::EngineScheduler;
 use crate::launcher::{self, LaunchSpec, Outcome};
@@ -28,7 +29,7 @@ use crate::metrics::{self, JobdMetrics};
 use crate::protocol::{js_typeof, MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME};
 use crate::session::{is_localhost, Session};
 use crate::slots::{Scheduler, Start};
-use crate::store::{Claimed, Store};
+use crate::store::{self, Claimed, Store};
 use crate::timing::{Fetched, JobClock};
 use crate::validate;
 use crate::writer::DoneWriter;
@@ -51,6 +52,8 @@ struct State {
     premarked: BTreeMap<u64, Fetched>,
     /// Each target's figures (looked up once per target, not per job).
     target_metrics: HashMap<String, Arc<LabelledRow>>,
+    /// Ends of jobs waiting to be written in a fetch's commit (see [`Carry`]).
+    carry: Carry,
 }
 
 struct Inner {
@@ -244,6 +247,7 @@ impl Worker {
                     running: HashMap::new(),
                     premarked: BTreeMap::new(),
                     target_metrics,
+                    carry: Carry::default(),
                 }),
                 writer: DoneWriter::new(store.clone()),
                 store,
@@ -533,6 +537,7 @@ impl Worker {
                 return;
             }
             st.polling = true;
+            st.carry.open();
             wants
         };
         let w = self.clone();
@@ -541,7 +546,10 @@ impl Worker {
 
     async fn fetch(&self, wants: Vec<(String, u64)>) {
         let began = std::time::Instant::now();
-        let result = self.inner.store.fetch_waiting(&wants).await;
+        let (result, carried) = self.claim(&wants).await;
+        // An end the database refused (a value its column rejects) failed the fetch, not a
+        // lost database: fetch again at once; the done writer sanitises the end.
+        let refused_end = carried && matches!(&result, Err(e) if store::is_data_error(e));
         let fetched = Fetched {
             began,
             committed: std::time::Instant::now(),
@@ -575,14 +583,18 @@ impl Worker {
                 }
                 Err(e) => {
                     self.inner.metrics.db_error(true);
-                    tracing::warn!(error = %e, "jobd: fetching jobs failed; will retry");
                     for (t, _) in &wants {
                         st.pending.insert(t.clone());
                     }
-                    if !st.retry_armed {
-                        st.retry_armed = true;
-                        retry_in = Some(st.retry_pause);
-                        st.retry_pause = (st.retry_pause * 2).min(Duration::from_secs(10));
+                    if refused_end {
+                        tracing::warn!(error = %e, "jobd: the database refused a job's end written with a fetch; writing it on its own");
+                    } else {
+                        tracing::warn!(error = %e, "jobd: fetching jobs failed; will retry");
+                        if !st.retry_armed {
+                            st.retry_armed = true;
+                            retry_in = Some(st.retry_pause);
+                            st.retry_pause = (st.retry_pause * 2).min(Duration::from_secs(10));
+                        }
                     }
                 }
             }
@@ -614,6 +626,79 @@ impl Worker {
                 });
             }
             None => self.kick(),
+        }
+        self.close_carry_unless_fetching();
+    }
+
+    /// When no fetch follows this one, the ends waiting for one go to the done writer.
+    fn close_carry_unless_fetching(&self) {
+        let left = {
+            let mut st = self.inner.state.lock().unwrap();
+            if st.polling {
+                return;
+            }
+            st.carry.close()
+        };
+        self.write_apart(left);
+    }
+
+    /// Runs one fetch: opens it, then commits it with the ends of jobs that came since the
+    /// previous fetch took its own (see [`Carry`]). Those ends are acknowledged once
+    /// committed, or handed to the done writer if the fetch failed. Also says whether any
+    /// end rode on it.
+    async fn claim(&self, wants: &[(String, u64)]) -> (Result<Vec<Claimed>, sqlx::Error>, bool) {
+        let opened = self.inner.store.open_fetch(wants).await;
+        let carried = self.inner.state.lock().unwrap().carry.take();
+        let result = match opened {
+            Ok(open) => {
+                let ends: Vec<(u64, &Outcome)> =
+                    carried.iter().map(|c| (c.id, &c.outcome)).collect();
+                self.inner.store.commit_fetch(open, &ends).await
+            }
+            Err(e) => Err(e),
+        };
+        let any = !carried.is_empty();
+        if result.is_ok() {
+            carried.into_iter().for_each(Carried::stored);
+        } else {
+            self.write_apart(carried);
+        }
+        (result, any)
+    }
+
+    /// Hands ends no fetch will store (it failed, or none follows) to the done writer,
+    /// each job's task hearing when its row is stored.
+    fn write_apart(&self, carried: Vec<Carried>) {
+        for c in carried {
+            let (id, outcome, stored) = c.into_parts();
+            let w = self.clone();
+            tokio::spawn(async move {
+                if let Some(o) = w.inner.writer.write(id, outcome).await {
+                    let _ = stored.send(o);
+                }
+            });
+        }
+    }
+
+    /// Stores a job's end: in the commit of a fetch (the running one or the next) while
+    /// fetches run and other jobs are running, else through the done writer at once.
+    /// `None` only if the writer's task died with its runtime.
+    ///
+    /// A lone job's end does not ride: the fetch it starts may find nothing, and the end
+    /// would then wait a round trip (the fetch's SELECT) for a commit it need not share
+    /// (1x1 latency p50 4.05 -> 5.60 ms when it rode, A/B at load 5-6).
+    async fn store_end(&self, id: u64, outcome: Outcome) -> Option<Outcome> {
+        let offered = {
+            let mut st = self.inner.state.lock().unwrap();
+            if st.sched.running() == 0 {
+                Err(outcome)
+            } else {
+                st.carry.offer(id, outcome)
+            }
+        };
+        match offered {
+            Ok(stored) => stored.await.ok(),
+            Err(outcome) => self.inner.writer.write(id, outcome).await,
         }
     }
 
@@ -705,9 +790,7 @@ impl Worker {
         self.kick();
         let outcome = match outcome {
             Ok(o) => self
-                .inner
-                .writer
-                .write(id, o)
+                .store_end(id, o)
                 .await
                 .ok_or_else(|| "worker is shutting down".to_string()),
             Err(e) => Err(e),

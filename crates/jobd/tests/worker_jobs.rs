@@ -800,3 +800,120 @@ async fn one_fetch_serves_several_targets_whatever_their_names() {
     );
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
+    // Jobs that end while a fetch is open are written `done` in that fetch's transaction.
+    // Each row must get its own end, NULLs and quotes included, in the same commit that
+    // marks the fetched rows `running`; a fetch that fails writes none of them.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let ended = [
+        db.insert("t1", "running").await,
+        db.insert("t1", "running").await,
+    ];
+    let waiting = db.insert("t1", "waiting").await;
+    let store = Store::connect(
+        &MysqlConfig {
+            host: "127.0.0.1".into(),
+            port: db.port,
+            user: "root".into(),
+            password: String::new(),
+            database: db.name.clone(),
+            table: "jobs".into(),
+        },
+        2,
+    );
+    let ok = Outcome {
+        code: Some(0),
+        signal: None,
+        stdout: "it's \\ 'quoted' é\n".into(),
+        stderr: String::new(),
+    };
+    let killed = Outcome {
+        code: None,
+        signal: Some(libc::SIGKILL),
+        stdout: String::new(),
+        stderr: "killed".into(),
+    };
+    let wants = [("t1".to_string(), 5)];
+    let open = store.open_fetch(&wants).await.unwrap();
+    assert_eq!(db.row(waiting).await.unwrap().status, "waiting");
+    let ends = [(ended[0], &ok), (ended[1], &killed)];
+    let claimed = store.commit_fetch(open, &ends).await.unwrap();
+
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [waiting]);
+    assert_eq!(db.row(waiting).await.unwrap().status, "running");
+    let r = db.row(ended[0]).await.unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.result.as_deref(), r.return_code, r.sig),
+        ("done", Some("ok"), Some(0), None)
+    );
+    assert_eq!(r.stdout.as_deref(), Some("it's \\ 'quoted' é\n"));
+    assert_eq!(r.stderr.as_deref(), Some(""));
+    assert!(r.time_finished > 0);
+    let r = db.row(ended[1]).await.unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.result.as_deref(), r.return_code),
+        ("done", Some("fail"), None)
+    );
+    assert_eq!(r.sig.as_deref(), Some("SIGKILL"));
+    assert_eq!(r.stderr.as_deref(), Some("killed"));
+
+    // A carried end the column refuses (4-byte text in the 3-byte utf8 table) fails the
+    // whole fetch: the row it took stays `waiting`, the other carried end is not written.
+    let other = db.insert("t1", "running").await;
+    let next = db.insert("t1", "waiting").await;
+    let emoji = Outcome {
+        code: Some(0),
+        signal: None,
+        stdout: "\u{1F600}".into(),
+        stderr: String::new(),
+    };
+    let open = store.open_fetch(&wants).await.unwrap();
+    let ends = [(other, &ok), (ended[0], &emoji)];
+    assert!(store.commit_fetch(open, &ends).await.is_err());
+    assert_eq!(db.row(next).await.unwrap().status, "waiting");
+    assert_eq!(db.row(other).await.unwrap().status, "running");
+    store.close().await;
+}
+
+#[tokio::test]
+async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
+    // A job that ends while another runs has its end written in the commit of the fetch
+    // that refills its slot. If the column refuses it (4-byte output in a 3-byte utf8
+    // table), the end must still be stored (sanitised, by the done writer), the row that
+    // fetch would have taken must still run without another poll, and the other job's
+    // end must be stored as usual.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 2\n", ""))
+        .await
+        .unwrap();
+    let refused = db.insert("t1", "waiting").await;
+    let long = db.insert("t1", "waiting").await;
+    let next = db.insert("t1", "waiting").await;
+    let go = jobs.path("go");
+    jobs.script(refused, "printf 'a \\360\\237\\230\\200'\n");
+    jobs.script(
+        long,
+        &format!(
+            "while [ ! -f {} ]; do sleep 0.01; done\nprintf long\n",
+            go.display()
+        ),
+    );
+    jobs.script(next, "printf next\n");
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    let r = db.wait_status(refused, "done").await;
+    assert_eq!(r.stdout.as_deref(), Some("a \u{FFFD}"));
+    let r = db.wait_status(next, "done").await;
+    assert_eq!(r.stdout.as_deref(), Some("next"));
+    std::fs::write(&go, b"").unwrap();
+    let r = db.wait_status(long, "done").await;
+    assert_eq!(r.stdout.as_deref(), Some("long"));
+    w.shutdown().await;
+}
