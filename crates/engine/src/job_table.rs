@@ -60,13 +60,7 @@ impl JobTable {
 
     fn find(&self, id: JobId) -> Option<u32> {
         let hash = self.hash32(id);
-        let pages = &self.pages;
-        let holds = |e: &IndexEntry| {
-            e.hash == hash
-                && pages[e.slot as usize / PAGE][e.slot as usize % PAGE]
-                    .as_ref()
-                    .is_some_and(|job| job.id == id)
-        };
+        let holds = holds(&self.pages, id, hash);
         self.index.find(spread(hash), holds).map(|e| e.slot)
     }
 
@@ -91,13 +85,7 @@ impl JobTable {
     pub fn insert(&mut self, job: Job) {
         let id = job.id;
         let hash = self.hash32(id);
-        let pages = &self.pages;
-        let holds = |e: &IndexEntry| {
-            e.hash == hash
-                && pages[e.slot as usize / PAGE][e.slot as usize % PAGE]
-                    .as_ref()
-                    .is_some_and(|j| j.id == id)
-        };
+        let holds = holds(&self.pages, id, hash);
         let slot = match self.index.entry(spread(hash), holds, |e| spread(e.hash)) {
             Entry::Occupied(held) => held.get().slot,
             Entry::Vacant(vacant) => {
@@ -114,13 +102,7 @@ impl JobTable {
 
     pub fn remove(&mut self, id: &JobId) -> Option<Job> {
         let hash = self.hash32(*id);
-        let pages = &self.pages;
-        let holds = |e: &IndexEntry| {
-            e.hash == hash
-                && pages[e.slot as usize / PAGE][e.slot as usize % PAGE]
-                    .as_ref()
-                    .is_some_and(|job| job.id == *id)
-        };
+        let holds = holds(&self.pages, *id, hash);
         let (e, _) = self.index.find_entry(spread(hash), holds).ok()?.remove();
         self.free.push(e.slot);
         self.slot_mut(e.slot).take()
@@ -132,6 +114,17 @@ impl JobTable {
 
     pub fn keys(&self) -> impl Iterator<Item = &JobId> + '_ {
         self.values().map(|job| &job.id)
+    }
+}
+
+/// Whether an index entry is the one of job `id` (whose hash is `hash`): the stored hash
+/// is compared first, so a slot is read only when the hashes agree.
+fn holds(pages: &[Box<[Option<Job>]>], id: JobId, hash: u32) -> impl Fn(&IndexEntry) -> bool + '_ {
+    move |e| {
+        e.hash == hash
+            && pages[e.slot as usize / PAGE][e.slot as usize % PAGE]
+                .as_ref()
+                .is_some_and(|job| job.id == id)
     }
 }
 
