@@ -632,25 +632,37 @@ fn in_always_mode_only_the_newest_segment_ends_in_zeros() {
             bodies_in_log: false,
         },
     );
-    for id in 1..=20 {
-        let lsn = log.append(std::iter::once(simple_put(
-            id,
-            "a body of forty bytes or so.....",
-        )));
+    let puts: Vec<Change> = (1..=20)
+        .map(|id| simple_put(id, "a body of forty bytes or so....."))
+        .collect();
+    // The writer rolls over after a batch is durable, when the segment has reached its
+    // size; each put here is its own batch. Where the last roll-over leaves the newest
+    // segment is known in advance, so the test waits for exactly that segment: a check of
+    // "no successor yet" alone can run just before a roll-over that is still due.
+    let mut expected = 1;
+    let mut len = HEADER_LEN;
+    for size in record_sizes(&puts) {
+        len += size;
+        if len >= 300 {
+            expected += 1;
+            len = HEADER_LEN;
+        }
+    }
+    for put in puts {
+        let lsn = log.append(std::iter::once(put));
         wait_durable(&log, lsn);
     }
-    // The writer rolls over after a batch is durable: wait until it has finished (the
-    // newest file is the current segment), so the copy is what a crash at one instant
-    // leaves, not files copied at different stages of a roll-over.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let newest = loop {
-        let newest = log.current_segment();
-        if segment(dir.path(), newest).exists() && !segment(dir.path(), newest + 1).exists() {
-            break newest;
-        }
-        assert!(Instant::now() < deadline, "the roll-over never finished");
+    while log.current_segment() != expected {
+        assert!(
+            log.current_segment() < expected && Instant::now() < deadline,
+            "the roll-overs did not end at segment {expected}: {}",
+            log.current_segment()
+        );
         std::thread::sleep(Duration::from_millis(1));
-    };
+    }
+    let newest = expected;
+    assert!(!segment(dir.path(), newest + 1).exists());
     assert!(newest > 3, "only {newest} segments");
     let copy = tempfile::tempdir().unwrap();
     for seq in 1..=newest {
