@@ -176,6 +176,7 @@ fn downward_needs_a_next_hop() {
     );
 }
 
+#[cfg(feature = "transport")]
 #[test]
 fn upstream_specs() {
     use jobyard_wmp::device::Upstream;

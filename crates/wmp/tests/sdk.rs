@@ -1,6 +1,7 @@
 //! The Rust worker SDK in-process against a manager built from this crate's own ROUTER
 //! helpers (libzmq on both ends): handlers per role, a panicking handler, and graceful stop.
 //! Interop with independent libzmq peers (pyzmq) is tested in tests/wmp/.
+#![cfg(feature = "transport")]
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! The worker's protocol state machine (docs/wmp.md, "Worker behaviour"), driven with
 //! synthetic instants: locks, READY on free capacity, late TAKE, roles, retries, stopping.
+#![cfg(feature = "transport")]
 
 use std::time::{Duration, Instant};
 

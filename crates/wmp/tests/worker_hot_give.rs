@@ -1,6 +1,7 @@
 //! The hot GIVE (docs/wmp.md, worker rule 5 and decision 15): after a DONE whose TAKE said
 //! `more=1`, the worker asks the same manager for the next job at once instead of sending
 //! READY; a NO to it is followed by READY.
+#![cfg(feature = "transport")]
 
 use std::time::{Duration, Instant};
 
