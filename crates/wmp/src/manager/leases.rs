@@ -176,7 +176,7 @@ impl Manager {
         self.registry.consume(&path);
         self.publish_take(&path, id);
         let mut msg = crate::message::Message::new(path.clone(), Command::Take(take));
-        msg.extra.push("priority", pri.to_string());
+        msg.extra.push_number("priority", pri.into());
         if more {
             msg.extra.push("more", "1");
         }
