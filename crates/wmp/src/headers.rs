@@ -33,6 +33,15 @@ impl Headers {
         Headers::default()
     }
 
+    /// No headers yet, with room for `lines` lines of `bytes` bytes in all (keys and
+    /// values), so a message built line by line allocates once for each.
+    pub fn with_capacity(lines: usize, bytes: usize) -> Self {
+        Headers {
+            text: String::with_capacity(bytes),
+            lines: Vec::with_capacity(lines),
+        }
+    }
+
     /// Adds a header. Encoding does not re-validate: callers set keys from the fixed set
     /// and values they produced; [`Headers::is_valid_value`] is there for values from outside.
     pub fn push(&mut self, key: &str, value: impl AsRef<str>) {
