@@ -178,3 +178,50 @@ pub fn is_valid_key(key: &str) -> bool {
 fn offset(n: usize) -> u32 {
     u32::try_from(n).expect("headers text under 4 GiB")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_built_and_parsed_read_back_the_same() {
+        let mut built = Headers::with_capacity(1, 4);
+        built.push("job", "42");
+        built.push_number("attempt", 7);
+        built.push("note", String::from("a=b"));
+        built.push("empty", "");
+        assert_eq!(built.len(), 4);
+        assert_eq!(built.get("job"), Some("42"));
+        assert_eq!(built.get("attempt"), Some("7"));
+        assert_eq!(built.get("note"), Some("a=b"));
+        assert_eq!(built.get("empty"), Some(""));
+        assert_eq!(built.get("jo"), None);
+        let wire = built.encode();
+        assert_eq!(wire, b"job=42\nattempt=7\nnote=a=b\nempty=");
+        let parsed = Headers::parse(&wire, &Limits::default()).unwrap();
+        let lines: Vec<(&str, &str)> = parsed.iter().collect();
+        assert_eq!(
+            lines,
+            [
+                ("job", "42"),
+                ("attempt", "7"),
+                ("note", "a=b"),
+                ("empty", "")
+            ]
+        );
+        assert_eq!(parsed.encode(), wire);
+    }
+
+    #[test]
+    fn a_trailing_lf_is_not_part_of_the_last_value_and_duplicates_are_found_by_key() {
+        let parsed = Headers::parse(b"a=1\nbb=22\n", &Limits::default()).unwrap();
+        assert_eq!(parsed.get("bb"), Some("22"));
+        assert_eq!(parsed.encode(), b"a=1\nbb=22");
+        assert_eq!(
+            Headers::parse(b"a=1\nb=2\na=3", &Limits::default()),
+            Err(DecodeError::DuplicateHeader)
+        );
+        // A key that is a prefix of another is not a duplicate.
+        assert!(Headers::parse(b"ab=1\na=2", &Limits::default()).is_ok());
+    }
+}

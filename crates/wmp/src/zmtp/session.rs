@@ -260,19 +260,21 @@ impl Session {
 /// name — are the same few byte strings: they are handed out as static `Bytes` instead of
 /// a copy each. That is three allocations fewer per message, of five (docs/benchmarks.md,
 /// "14/WMP"); only the headers and the payload are copied.
-const COMMON_FRAMES: [&[u8]; 10] = [
-    b"", b"WMP01", b"READY", b"WAKE", b"GIVE", b"TAKE", b"NO", b"DONE", b"STATUS", b"CANCEL",
-];
-
-/// A received frame's body as `Bytes`: a static one for a [`COMMON_FRAMES`] string, else a
-/// copy.
 fn frame_bytes(body: &[u8]) -> Bytes {
-    if body.len() <= 6 {
-        if let Some(common) = COMMON_FRAMES.iter().find(|c| **c == body) {
-            return Bytes::from_static(common);
-        }
-    }
-    Bytes::copy_from_slice(body)
+    let common: &'static [u8] = match body {
+        b"" => b"",
+        b"WMP01" => b"WMP01",
+        b"READY" => b"READY",
+        b"WAKE" => b"WAKE",
+        b"GIVE" => b"GIVE",
+        b"TAKE" => b"TAKE",
+        b"NO" => b"NO",
+        b"DONE" => b"DONE",
+        b"STATUS" => b"STATUS",
+        b"CANCEL" => b"CANCEL",
+        _ => return Bytes::copy_from_slice(body),
+    };
+    Bytes::from_static(common)
 }
 
 #[cfg(test)]
@@ -322,6 +324,22 @@ mod tests {
         }
         assert!(buf.is_empty(), "all bytes consumed");
         Ok(events)
+    }
+
+    #[test]
+    fn common_frames_are_shared_and_others_copied_with_the_same_bytes() {
+        for common in [&b"WMP01"[..], b"GIVE", b"DONE", b"CANCEL"] {
+            let (a, b) = (frame_bytes(common), frame_bytes(common));
+            assert_eq!(&a[..], common);
+            // Two live copies would be two allocations; a shared static frame is one.
+            assert_eq!(a.as_ptr(), b.as_ptr(), "{common:?} is shared");
+        }
+        assert!(frame_bytes(b"").is_empty());
+        let mut buf = b"WMP0".to_vec();
+        let got = frame_bytes(&buf);
+        buf[0] = b'X';
+        assert_eq!(&got[..], b"WMP0", "an uncommon frame is a copy");
+        assert_eq!(&frame_bytes(b"done")[..], b"done");
     }
 
     #[test]
