@@ -20,9 +20,9 @@ Two workloads per worker count N, both with N pyzmq DEALER processes on loopback
   manager and the ratio can pass those.
 
 `--ab OLD_BINARY --rounds N` instead measures, per round and worker count, the bare loop,
-then OLD_BINARY with classic workers, `--binary` with classic workers and `--binary` with hot
-workers, one after the other (alternating for N rounds, so all see the same machine), and
-prints one row each with the WMP messages per job the workers exchanged.
+then for each worker rule of `--ab-rules` (default `classic,hot`) OLD_BINARY and `--binary`,
+one after the other (alternating for N rounds, so all see the same machine), and prints one
+row each with the WMP messages per job the workers exchanged.
 
 Reported: jobs/s, round trips/s, their ratio, and the server's CPU per job / per round trip
 (user+system time of the manager or echo process from /proc).
@@ -370,9 +370,12 @@ def main() -> int:
                     help="hot: GIVE right after DONE when the TAKE said more=1 (docs/wmp.md "
                          "worker rule 5); classic: READY after every DONE")
     ap.add_argument("--ab", metavar="OLD_BINARY",
-                    help="A/B instead: OLD_BINARY with classic workers, --binary with classic "
-                         "and with hot workers, alternating (see above)")
+                    help="A/B instead: OLD_BINARY and --binary alternating, with each worker "
+                         "rule of --ab-rules (see above)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab")
+    ap.add_argument("--ab-rules", default="classic,hot",
+                    help="worker rules of --ab, each run with the old and the new binary "
+                         "(comma-separated: classic, hot)")
     args = ap.parse_args()
     print(f"binary: {args.binary}; {args.duration:g} s per workload; body {len(BODY)} B; "
           f"{os.cpu_count()} cores; load average before: "
@@ -420,10 +423,11 @@ def main() -> int:
 
 
 def run_ab(args) -> int:
-    """Old binary + classic workers, new binary + classic, new + hot, per round and worker
-    count, each beside a bare loop of the same round."""
-    variants = [("old, classic", args.ab, "classic"), ("new, classic", args.binary, "classic"),
-                ("new, hot", args.binary, "hot")]
+    """Per round and worker count, for each --ab-rules worker rule the old binary then the
+    new one, each beside a bare loop of the same round."""
+    variants = [(f"{which}, {rule}", binary, rule)
+                for rule in args.ab_rules.split(",")
+                for which, binary in (("old", args.ab), ("new", args.binary))]
     print("| round | workers | binary, worker rule | echo CPU µs/rt | WMP jobs/s "
           "| manager CPU µs/job | msgs/job | jobs/s ÷ round trips/s | load |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -110,6 +110,42 @@ impl Inner {
         self.swept_at = self.workers.len();
     }
 
+    /// The worker under `key`, created (with no queues) if new, its `last_seen` set to
+    /// `now`; `None` if it is new and the registry is full (it is counted, not listed).
+    fn admit(
+        &mut self,
+        protocol: &'static str,
+        key: &WorkerKey,
+        now: Millis,
+    ) -> Option<&mut WorkerInfo> {
+        if !self.workers.contains_key(key) {
+            if self.workers.len() >= (2 * self.swept_at).max(1024) {
+                self.sweep(now);
+            }
+            if self.workers.len() >= MAX_WORKERS {
+                self.unlisted += 1;
+                return None;
+            }
+            self.workers.insert(
+                key.clone(),
+                WorkerInfo {
+                    protocol,
+                    id: key.1.clone(),
+                    queues: Vec::new(),
+                    any_queue: false,
+                    detail: Vec::new(),
+                    in_flight: Vec::new(),
+                    first_seen: now,
+                    last_seen: now,
+                    ttl: None,
+                },
+            );
+        }
+        let w = self.workers.get_mut(key).expect("present");
+        w.last_seen = now;
+        Some(w)
+    }
+
     fn forget_job(&mut self, protocol: &'static str, job: JobId) {
         if let Some(id) = self.holders.remove(&(protocol, job)) {
             if let Some(w) = self.workers.get_mut(&(protocol.to_string(), id)) {
@@ -142,31 +178,9 @@ impl Workers {
     ) -> bool {
         let mut inner = self.inner();
         let key = (protocol.to_string(), id.to_string());
-        if !inner.workers.contains_key(&key) {
-            if inner.workers.len() >= (2 * inner.swept_at).max(1024) {
-                inner.sweep(now);
-            }
-            if inner.workers.len() >= MAX_WORKERS {
-                inner.unlisted += 1;
-                return false;
-            }
-            inner.workers.insert(
-                key.clone(),
-                WorkerInfo {
-                    protocol,
-                    id: id.to_string(),
-                    queues: Vec::new(),
-                    any_queue: false,
-                    detail: Vec::new(),
-                    in_flight: Vec::new(),
-                    first_seen: now,
-                    last_seen: now,
-                    ttl: None,
-                },
-            );
-        }
-        let w = inner.workers.get_mut(&key).expect("present");
-        w.last_seen = now;
+        let Some(w) = inner.admit(protocol, &key, now) else {
+            return false;
+        };
         update(w);
         true
     }
@@ -194,27 +208,24 @@ impl Workers {
 
     /// Worker `id` took engine job `job` (it is seen now, too).
     pub fn took(&self, protocol: &'static str, id: &str, job: JobId, now: Millis) {
-        let listed = self.seen(protocol, id, now, |w| {
-            if !w.in_flight.contains(&job) {
-                w.in_flight.push(job);
-            }
-        });
-        if !listed {
-            return;
-        }
+        // One lock turn and one key per job: a WMP manager calls this for every TAKE.
         let mut inner = self.inner();
         let key = (protocol.to_string(), id.to_string());
-        let oldest = {
-            let w = inner.workers.get_mut(&key).expect("just seen");
-            (w.in_flight.len() > MAX_IN_FLIGHT).then(|| w.in_flight.remove(0))
+        let Some(w) = inner.admit(protocol, &key, now) else {
+            return;
         };
+        if !w.in_flight.contains(&job) {
+            w.in_flight.push(job);
+        }
+        let oldest = (w.in_flight.len() > MAX_IN_FLIGHT).then(|| w.in_flight.remove(0));
         if let Some(old) = oldest {
             inner.holders.remove(&(protocol, old));
         }
         // A job handed to another worker (its lease ran out) leaves the first one's list.
-        if let Some(before) = inner.holders.insert((protocol, job), id.to_string()) {
+        let (protocol_key, holder) = key;
+        if let Some(before) = inner.holders.insert((protocol, job), holder) {
             if before != id {
-                if let Some(w) = inner.workers.get_mut(&(protocol.to_string(), before)) {
+                if let Some(w) = inner.workers.get_mut(&(protocol_key, before)) {
                     w.in_flight.retain(|&j| j != job);
                 }
             }

@@ -7,9 +7,34 @@ use crate::limits::{Limits, MAX_KEY_LEN, MAX_VALUE_LEN};
 /// The parsed header lines of one message, in the order they were sent. Keys are unique
 /// (a duplicate makes the message malformed); unknown keys are kept so extensions can read
 /// them, and ignored by everything else.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Every key and value lives in one text buffer, located by offsets: a message costs two
+/// allocations however many lines it has, where a `(String, String)` per line cost two per
+/// line (the manager parses a DONE and a GIVE per job; allocation was the largest share of
+/// its own CPU, docs/benchmarks.md "14/WMP").
+#[derive(Debug, Clone, Default)]
 pub struct Headers {
-    entries: Vec<(String, String)>,
+    text: String,
+    lines: Vec<Line>,
+}
+
+/// Equal when the lines are, in order: parsed text keeps the frame's `\n` separators and
+/// built text does not, so the buffers themselves may differ.
+impl PartialEq for Headers {
+    fn eq(&self, other: &Headers) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Headers {}
+
+/// Where one line's key and value are in [`Headers::text`]: the key is
+/// `key_start..key_end`, the value `key_end + 1..value_end` (after the `=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Line {
+    key_start: u32,
+    key_end: u32,
+    value_end: u32,
 }
 
 impl Headers {
@@ -18,33 +43,67 @@ impl Headers {
         Headers::default()
     }
 
+    /// No headers yet, with room for `lines` lines of `bytes` bytes in all (keys and
+    /// values), so a message built line by line allocates once for each.
+    pub fn with_capacity(lines: usize, bytes: usize) -> Self {
+        Headers {
+            text: String::with_capacity(bytes),
+            lines: Vec::with_capacity(lines),
+        }
+    }
+
     /// Adds a header. Encoding does not re-validate: callers set keys from the fixed set
     /// and values they produced; [`Headers::is_valid_value`] is there for values from outside.
-    pub fn push(&mut self, key: &str, value: impl Into<String>) {
-        self.entries.push((key.to_owned(), value.into()));
+    pub fn push(&mut self, key: &str, value: impl AsRef<str>) {
+        let key_start = self.text.len();
+        self.text.push_str(key);
+        let key_end = self.text.len();
+        self.text.push('=');
+        self.text.push_str(value.as_ref());
+        self.lines.push(Line {
+            key_start: offset(key_start),
+            key_end: offset(key_end),
+            value_end: offset(self.text.len()),
+        });
+    }
+
+    /// Adds a header whose value is a number, without formatting it into a `String` first.
+    pub fn push_number(&mut self, key: &str, value: u64) {
+        use std::fmt::Write as _;
+        let key_start = self.text.len();
+        self.text.push_str(key);
+        let key_end = self.text.len();
+        // Writing into a String cannot fail.
+        let _ = write!(self.text, "={value}");
+        self.lines.push(Line {
+            key_start: offset(key_start),
+            key_end: offset(key_end),
+            value_end: offset(self.text.len()),
+        });
     }
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// All lines, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.lines.iter().map(|line| {
+            let key = &self.text[line.key_start as usize..line.key_end as usize];
+            let value = &self.text[line.key_end as usize + 1..line.value_end as usize];
+            (key, value)
+        })
     }
 
     /// Number of lines.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.lines.len()
     }
 
     /// True when there are no lines.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.lines.is_empty()
     }
 
     /// Parses a headers frame. An empty frame means no headers; one trailing LF is allowed;
@@ -60,31 +119,41 @@ impl Headers {
             // "" and "\n" both mean no headers; "\n\n" leaves an empty line and fails below.
             return Ok(headers);
         }
+        // The lines are located in the frame's own text, which is then copied once.
+        let mut start = 0;
         for line in body.split('\n') {
-            if headers.entries.len() == limits.max_header_count {
+            if headers.lines.len() == limits.max_header_count {
                 return Err(DecodeError::TooManyHeaders);
             }
             let (key, value) = line.split_once('=').ok_or(DecodeError::BadHeaderLine)?;
             if !is_valid_key(key) || !Headers::is_valid_value(value) {
                 return Err(DecodeError::BadHeaderLine);
             }
-            if headers.get(key).is_some() {
+            if headers.keys(body).any(|k| k == key) {
                 return Err(DecodeError::DuplicateHeader);
             }
-            headers.push(key, value);
+            headers.lines.push(Line {
+                key_start: offset(start),
+                key_end: offset(start + key.len()),
+                value_end: offset(start + line.len()),
+            });
+            start += line.len() + 1;
         }
+        headers.text = body.to_owned();
         Ok(headers)
+    }
+
+    /// The keys of the lines located so far in `text` (during [`Headers::parse`]).
+    fn keys<'t>(&self, text: &'t str) -> impl Iterator<Item = &'t str> + use<'t, '_> {
+        self.lines
+            .iter()
+            .map(move |line| &text[line.key_start as usize..line.key_end as usize])
     }
 
     /// Encodes the lines joined by LF, without a trailing LF.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            self.entries
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 2)
-                .sum(),
-        );
-        for (i, (k, v)) in self.entries.iter().enumerate() {
+        let mut out = Vec::with_capacity(self.text.len() + self.lines.len());
+        for (i, (k, v)) in self.iter().enumerate() {
             if i > 0 {
                 out.push(b'\n');
             }
@@ -112,4 +181,65 @@ pub fn is_valid_key(key: &str) -> bool {
         && bytes[1..].iter().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
         })
+}
+
+/// An offset into a headers buffer. Parsed frames are bounded far below 4 GiB (`Limits`);
+/// headers built locally are a few short lines.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).expect("headers text under 4 GiB")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_built_and_parsed_read_back_the_same() {
+        let mut built = Headers::with_capacity(1, 4);
+        built.push("job", "42");
+        built.push_number("attempt", 7);
+        built.push("note", String::from("a=b"));
+        built.push("empty", "");
+        assert_eq!(built.len(), 4);
+        assert_eq!(built.get("job"), Some("42"));
+        assert_eq!(built.get("attempt"), Some("7"));
+        assert_eq!(built.get("note"), Some("a=b"));
+        assert_eq!(built.get("empty"), Some(""));
+        assert_eq!(built.get("jo"), None);
+        let wire = built.encode();
+        assert_eq!(wire, b"job=42\nattempt=7\nnote=a=b\nempty=");
+        let parsed = Headers::parse(&wire, &Limits::default()).unwrap();
+        let lines: Vec<(&str, &str)> = parsed.iter().collect();
+        assert_eq!(
+            lines,
+            [
+                ("job", "42"),
+                ("attempt", "7"),
+                ("note", "a=b"),
+                ("empty", "")
+            ]
+        );
+        assert_eq!(parsed.encode(), wire);
+        assert_eq!(parsed, built, "the same lines, whatever the buffers hold");
+        let mut other = Headers::new();
+        other.push("job", "42");
+        assert_ne!(other, built);
+        other.push_number("attempt", 8);
+        other.push("note", "a=b");
+        other.push("empty", "");
+        assert_ne!(other, built, "a value differs");
+    }
+
+    #[test]
+    fn a_trailing_lf_is_not_part_of_the_last_value_and_duplicates_are_found_by_key() {
+        let parsed = Headers::parse(b"a=1\nbb=22\n", &Limits::default()).unwrap();
+        assert_eq!(parsed.get("bb"), Some("22"));
+        assert_eq!(parsed.encode(), b"a=1\nbb=22");
+        assert_eq!(
+            Headers::parse(b"a=1\nb=2\na=3", &Limits::default()),
+            Err(DecodeError::DuplicateHeader)
+        );
+        // A key that is a prefix of another is not a duplicate.
+        assert!(Headers::parse(b"ab=1\na=2", &Limits::default()).is_ok());
+    }
 }

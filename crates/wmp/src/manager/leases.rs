@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{
-    JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
+    Job, JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
 };
 
 use super::core::{Manager, OutKind};
@@ -115,8 +115,8 @@ impl Manager {
             }
         };
         let mut reserved = None;
-        let preferred: Vec<QueueId> = preferred.into_iter().collect();
-        for queues in [&preferred, &all] {
+        let preferred = preferred.as_slice();
+        for queues in [preferred, &all] {
             // `has_ready` first: a reserve that finds nothing looks at every lease the
             // session holds (its soonest deadline), and the manager may hold thousands.
             if queues.is_empty() || !txn.has_ready(queues, now) {
@@ -175,8 +175,10 @@ impl Manager {
         self.lsn = self.lsn.max(lsn);
         self.registry.consume(&path);
         self.publish_take(&path, id);
-        let mut msg = crate::message::Message::new(path.clone(), Command::Take(take));
-        msg.extra.push("priority", pri.to_string());
+        let mut msg = crate::message::Message::new(path, Command::Take(take));
+        // priority, more, handle: sized once.
+        msg.extra = Headers::with_capacity(3, 64);
+        msg.extra.push_number("priority", pri.into());
         if more {
             msg.extra.push("more", "1");
         }
@@ -187,10 +189,11 @@ impl Manager {
                 msg.extra.push("handle", handle);
             }
         }
+        let frames = crate::codec::encode(&msg);
         self.out.push(super::core::Outgoing {
-            frames: crate::codec::encode(&msg),
+            frames,
             kind: OutKind::Take {
-                path,
+                path: msg.path,
                 job: id,
                 attempt,
             },
@@ -200,12 +203,24 @@ impl Manager {
 
     /// True when `job` is held by this manager under hand-out `attempt`.
     fn holds(&self, txn: &Txn<'_>, manager: &str, job: JobId, attempt: u64) -> bool {
-        manager == self.name
-            && txn.job(job).is_some_and(|j| {
-                j.state == JobState::Reserved
-                    && j.owner == self.conn
-                    && j.reserves as u64 == attempt
-            })
+        self.held(txn, manager, job, attempt).is_some()
+    }
+
+    /// The job when this manager holds it under hand-out `attempt` (see
+    /// [`Manager::holds`]): one lookup in the job table for the check and what follows.
+    fn held<'t>(
+        &self,
+        txn: &'t Txn<'_>,
+        manager: &str,
+        job: JobId,
+        attempt: u64,
+    ) -> Option<&'t Job> {
+        if manager != self.name {
+            return None;
+        }
+        txn.job(job).filter(|j| {
+            j.state == JobState::Reserved && j.owner == self.conn && j.reserves as u64 == attempt
+        })
     }
 
     /// DONE: end, retry, bury or release the job; a DONE for anything but the current
@@ -213,7 +228,10 @@ impl Manager {
     pub(crate) fn on_done(&mut self, done: Done) {
         let now = Broker::now();
         let mut txn = self.broker.lock();
-        if !self.holds(&txn, &done.manager, done.job, done.attempt) {
+        let Some((pri, timeouts)) = self
+            .held(&txn, &done.manager, done.job, done.attempt)
+            .map(|j| (j.pri, j.timeouts))
+        else {
             drop(txn);
             tracing::debug!(
                 job = done.job,
@@ -222,10 +240,9 @@ impl Manager {
             );
             counters::count(&self.metrics, Counter::DoneStale);
             return;
-        }
+        };
         let id = done.job;
         self.publish_end(id);
-        let (pri, timeouts) = txn.job(id).map(|j| (j.pri, j.timeouts)).expect("held");
         match done.status {
             Status::Ok => {
                 txn.finish(self.conn, id, JobEnd::ok(done.result));

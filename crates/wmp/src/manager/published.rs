@@ -19,11 +19,14 @@ const PROTOCOL: &str = "wmp";
 /// manager remembers a READY (the registry's default `ready_ttl`).
 const FORGET_AFTER: Duration = Duration::from_secs(90);
 
+/// Digits of the hex form, by table rather than `write!`: the formatter was about 1 % of
+/// the manager's CPU (docs/benchmarks.md, "14/WMP").
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// A routing path as an operator reads it: each hop as text when it is printable, else as
 /// hex (ZeroMQ's generated identities are binary), joined with ` / `. Built in one string:
 /// it is made for every TAKE.
 pub(crate) fn path_label(path: &Path) -> String {
-    use std::fmt::Write as _;
     let mut label = String::with_capacity(path.iter().map(|hop| hop.len() * 2 + 5).sum());
     for (i, hop) in path.iter().enumerate() {
         if i > 0 {
@@ -36,8 +39,8 @@ pub(crate) fn path_label(path: &Path) -> String {
             _ => {
                 label.push_str("0x");
                 for b in hop.iter() {
-                    // Writing to a String cannot fail.
-                    let _ = write!(label, "{b:02x}");
+                    label.push(char::from(HEX[usize::from(b >> 4)]));
+                    label.push(char::from(HEX[usize::from(b & 0xf)]));
                 }
             }
         }
