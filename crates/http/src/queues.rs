@@ -7,7 +7,7 @@
 use axum::extract::State;
 use axum::Json;
 use jobyard_broker::{Broker, Txn};
-use jobyard_engine::{Cursor, Engine, JobState, Queue};
+use jobyard_engine::{Cursor, JobState, Queue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
