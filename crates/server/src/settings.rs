@@ -409,6 +409,32 @@ mod tests {
         assert!(parse_fsync("interval=x").is_err());
     }
 
+    #[test]
+    fn bodies_stay_in_the_log_by_default_and_the_switch_turns_it_off() {
+        let s = serve(&[]).unwrap();
+        assert!(s.bodies_in_log);
+        assert_eq!(s.hot_body_bytes, 1 << 20);
+        assert!(serve(&["--bodies-in-log"]).unwrap().bodies_in_log);
+        assert!(!serve(&["--bodies-in-log=false"]).unwrap().bodies_in_log);
+        assert!(!serve(&["--bodies-in-log=no"]).unwrap().bodies_in_log);
+        assert!(serve(&["--bodies-in-log=maybe"]).is_err());
+        let s = serve(&["--hot-body-bytes", "0"]).unwrap();
+        assert_eq!(s.hot_body_bytes, 0);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        std::fs::write(&path, "bodies_in_log = false\nhot_body_bytes = 4096\n").unwrap();
+        let cfg = path.to_str().unwrap();
+        let s = serve(&["--config", cfg]).unwrap();
+        assert!(!s.bodies_in_log, "false from the file");
+        assert_eq!(s.hot_body_bytes, 4096);
+        assert!(
+            serve(&["--config", cfg, "--bodies-in-log"])
+                .unwrap()
+                .bodies_in_log
+        );
+    }
+
     /// What `jobyard serve ARGS` resolves to, through the same path as `main`.
     fn serve(args: &[&str]) -> Result<Settings, String> {
         #[derive(clap::Parser)]
