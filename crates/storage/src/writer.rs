@@ -42,8 +42,8 @@ pub struct LogOptions {
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
     /// Report where each durable body was written ([`Log::take_located`]) so the engine
-    /// can drop its copy, and read bodies back ([`Log::read_body`]). Off by default: a
-    /// measured prototype (docs/performance.md).
+    /// can drop its copy, and read bodies back ([`Log::read_body`]). Off here by default;
+    /// the server turns it on unless told otherwise (docs/performance.md).
     pub bodies_in_log: bool,
 }
 
