@@ -85,7 +85,7 @@ server_cmd() {
     jobyard-beanstalk)
       local extra=""
       jobyard_has_gearman && extra="--gearman-listen off"
-      # JY_EXTRA: more server flags for one measurement (e.g. --bodies-in-log).
+      # JY_EXTRA: more server flags for one measurement (e.g. --bodies-in-log=false).
       echo "$JY" serve --data-dir "$dir/data" --beanstalk-listen "127.0.0.1:$port" --fsync "$mode" $extra \
         $(jobyard_http_off) ${JY_EXTRA:-} ;;
     jobyard-gearman)

@@ -481,3 +481,17 @@ def test_an_idle_worker_expires_but_not_while_it_holds_a_lease(start_http):
     assert http.get("/v1/health").json()["workers"] == 1
     r = http.post(f"/v1/jobs/{id_}/complete", json={"worker": holder["worker"], "token": 1})
     assert r.status_code == 200, "a worker holding a lease stays"
+
+
+def test_listings_preview_bodies_kept_only_in_the_log(start_http):
+    """Bodies live only in the log once written (the default; no body kept in memory here):
+    a queue's page and the dashboard's job view read them back for their previews."""
+    srv = start_http(extra=["--hot-body-bytes", "0"])
+    ids = [srv.put_job("logged", body=f"body {i}") for i in range(5)]
+    time.sleep(0.3)  # the writer reports where the bodies are; the engine drops its copies
+    page = srv.get("/v1/queues/logged/jobs").json()
+    assert [(j["id"], j["body_preview"]) for j in page["jobs"]] == [
+        (id_, f"body {i}") for i, id_ in enumerate(ids)
+    ]
+    job = srv.get(f"/admin/api/jobs/{ids[2]}").json()
+    assert job["body_preview"] == "body 2"

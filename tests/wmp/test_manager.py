@@ -511,3 +511,29 @@ def test_the_python_example_worker_runs_beanstalkd_jobs(manager, procs):
     # Backed off (1 s, then 2 s) and buried after the third failure.
     wait_for(lambda: bs.stats_job(failing)["releases"] >= 1, "the failure to back off")
     wait_for(lambda: bs.stats_job(failing)["state"] == "buried", "burial after three fails")
+
+
+def test_a_job_whose_body_the_log_cannot_give_back_is_held_not_sent_empty(manager, ctx):
+    """Bodies live only in the log once written (the default; no hot budget here): a body
+    the log cannot give back, because its file was cut from outside, is never sent as an
+    empty TAKE. The worker gets NO, the error is logged, and the job stays leased to the
+    manager until its lease ends, as with a beanstalkd reserve that fails."""
+    srv = manager("--hot-body-bytes", "0", fsync="never")
+    bs = beanstalk(srv)
+    job = bs.put(b"soon unreadable", ttr=30)
+    time.sleep(0.3)  # the writer reports where the body is; the engine drops its copy
+    segments = sorted(srv.data_dir.glob("seg-*.log"))
+    with open(segments[-1], "r+b") as f:
+        f.truncate(16)
+    w = Dealer(ctx, srv.wmp)
+    w.send("GIVE", headers(lock="1", roles="resize", queue="resize"))
+    reply = w.recv()
+    assert reply.command == "NO", reply
+    assert bs.stats_job(job)["state"] == "reserved"
+    wait_for(lambda: "cannot read job" in srv.log_tail(), "the error in the log")
+    # The server goes on serving other jobs.
+    other = bs.put(b"fine")
+    w.send("GIVE", headers(lock="2", roles="resize", queue="resize"))
+    take = w.recv()
+    assert take.command == "TAKE" and take.headers["job"] == str(other), take
+    assert take.payload == b"fine"

@@ -42,7 +42,7 @@ pub use lease_latency::{
 };
 pub use mailbox::{Mailbox, MAILBOX_CAP};
 pub use metrics::{Metrics, ProtocolMetrics};
-pub use open::{OpenError, StorageOptions};
+pub use open::{OpenError, StorageOptions, DEFAULT_BODIES_IN_LOG, DEFAULT_HOT_BODY_BYTES};
 pub use workers::{Listed, ProcessInfo, WorkerInfo, Workers};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.
@@ -174,8 +174,15 @@ impl Broker {
         // engine keeps their places instead. Done before anything reads a body, so a body
         // is never looked for in a file compaction has already let go of.
         if let Some(log) = &self.log {
-            for (id, at) in log.take_located() {
-                txn.core.engine.body_written(id, at);
+            let located = log.take_located();
+            if !located.is_empty() {
+                let engine = &mut txn.core.engine;
+                for (id, at) in located.moved {
+                    engine.body_moved(id, at);
+                }
+                if !located.written.is_empty() {
+                    engine.bodies_written(located.written);
+                }
             }
         }
         txn

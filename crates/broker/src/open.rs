@@ -15,6 +15,15 @@ use tokio::sync::Notify;
 
 use crate::{Broker, Compaction};
 
+/// Whether durable bodies are kept only in the log unless told otherwise: memory per
+/// queued job is a product target (docs/performance.md).
+pub const DEFAULT_BODIES_IN_LOG: bool = true;
+
+/// The most bytes of bodies kept in memory for a turn after their records are written,
+/// unless told otherwise (see [`Engine::set_hot_body_budget`]): a turn's bodies are one
+/// write batch, rarely more than a few hundred KB; past this, the oldest go at once.
+pub const DEFAULT_HOT_BODY_BYTES: usize = 1 << 20;
+
 /// How to open storage.
 #[derive(Clone, Debug)]
 pub struct StorageOptions {
@@ -25,9 +34,13 @@ pub struct StorageOptions {
     pub compaction: Compaction,
     /// Start despite damaged records, skipping them.
     pub salvage: bool,
-    /// Keep durable bodies only in the log once written (a prototype, off by default:
-    /// [`jobyard_storage::LogOptions::bodies_in_log`]).
+    /// Keep durable bodies only in the log once written
+    /// ([`jobyard_storage::LogOptions::bodies_in_log`]), but for the newest ones.
     pub bodies_in_log: bool,
+    /// With `bodies_in_log`: the most bytes of just-written bodies kept in memory until the
+    /// next write, so jobs handed out right after their put are not read back (see
+    /// [`Engine::set_hot_body_budget`]).
+    pub hot_body_bytes: usize,
     /// Queues created (and pinned) before the log is replayed, so they list first
     /// (beanstalkd's `default`).
     pub queues_first: Vec<Bytes>,
@@ -123,6 +136,9 @@ fn open_dir(
     })
     .map_err(|e| fail(format!("cannot recover the log: {e}"), 1))?;
     engine.raise_next_id(report.next_id);
+    if options.bodies_in_log {
+        engine.set_hot_body_budget(options.hot_body_bytes);
+    }
     if let Some((path, offset, dropped)) = &report.torn_tail {
         tracing::warn!(
             "dropped {dropped} bytes of a record cut off at {}:{offset} (written when the \

@@ -94,6 +94,8 @@ pub struct Engine {
     /// Lease stamps waiting for the caller's clock, and completed leases (see
     /// [`crate::lease_timing`]).
     pub(crate) timing: crate::lease_timing::LeaseTiming,
+    /// Written bodies still kept in memory (see [`crate::hot_bodies`]).
+    pub(crate) hot: crate::hot_bodies::HotBodies,
 }
 
 impl Default for Engine {
@@ -128,6 +130,7 @@ impl Engine {
             last_now: 0,
             flows: crate::flows::Flows::default(),
             timing: crate::lease_timing::LeaseTiming::default(),
+            hot: Default::default(),
         }
     }
 

@@ -153,12 +153,67 @@ impl Engine {
         PutOutcome { id }
     }
 
-    /// Tells the engine that a durable job's body is now readable at `at` in the log, so
-    /// its copy in memory may go. Ignored for a job that has ended, is not durable, or
-    /// whose body is not that long (nothing else may be put in its place).
+    /// Keeps the bodies learned written in one turn in memory until the next turn, up to
+    /// `bytes` (see [`crate::hot_bodies`]); 0, the default, drops each as soon as it is
+    /// written.
+    pub fn set_hot_body_budget(&mut self, bytes: usize) {
+        self.hot.set_budget(bytes);
+    }
+
+    /// Tells the engine that durable jobs' bodies are now readable at these places in the
+    /// log (one turn's worth, in the order written), so their copies in memory may go: the
+    /// bodies of the turn before go now, these with the next turn (or now, past the hot
+    /// budget). Ignored for a job that has ended by then, is not durable, or whose body is
+    /// not that long (nothing else may be put in its place).
+    pub fn bodies_written(&mut self, places: impl IntoIterator<Item = (JobId, LogRef)>) {
+        let mut places = places.into_iter().peekable();
+        if places.peek().is_none() {
+            return; // not a turn: nothing new was written
+        }
+        if !self.hot.keeps() {
+            for (id, at) in places {
+                self.drop_body(id, at);
+            }
+            return;
+        }
+        let mut earlier = self.hot.take_all();
+        for (id, at) in earlier.drain(..) {
+            self.drop_body(id, at);
+        }
+        self.hot.reuse(earlier);
+        for (id, at) in places {
+            self.hot.push(id, at);
+            while let Some((id, at)) = self.hot.pop_over_budget() {
+                self.drop_body(id, at);
+            }
+        }
+    }
+
+    /// [`Engine::bodies_written`] for one body.
     pub fn body_written(&mut self, id: JobId, at: LogRef) {
+        self.bodies_written([(id, at)]);
+    }
+
+    /// Tells the engine that compaction copied a durable job's body to `at`: the job keeps
+    /// that place from now on, also when its body is still in memory (the place a pending
+    /// [`Engine::body_written`] names is in a file about to be let go; it is then ignored).
+    pub fn body_moved(&mut self, id: JobId, at: LogRef) {
         if let Some(job) = self.jobs.get_mut(&id) {
             if job.durable && job.body.len() == at.len() as usize {
+                job.body = Body::Log(at);
+            }
+        }
+    }
+
+    /// Bodies written and still kept in memory under the hot budget, for stats and tests
+    /// (also counting entries of jobs that ended since).
+    pub fn hot_bodies(&self) -> usize {
+        self.hot.len()
+    }
+
+    fn drop_body(&mut self, id: JobId, at: LogRef) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if job.durable && matches!(&job.body, Body::Mem(b) if b.len() == at.len() as usize) {
                 job.body = Body::Log(at);
             }
         }

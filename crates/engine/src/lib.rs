@@ -14,6 +14,7 @@ mod clock;
 mod ends;
 mod engine;
 pub mod flows;
+mod hot_bodies;
 mod job;
 mod job_table;
 mod jobs;

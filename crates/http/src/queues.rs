@@ -6,8 +6,8 @@
 
 use axum::extract::State;
 use axum::Json;
-use jobyard_broker::Broker;
-use jobyard_engine::{Cursor, Engine, JobState, Queue};
+use jobyard_broker::{Broker, Txn};
+use jobyard_engine::{Cursor, JobState, Queue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -162,17 +162,18 @@ fn show_cursor(c: Cursor) -> String {
     format!("{}.{}", c.0, c.1)
 }
 
-fn summary(engine: &Engine, id: u64) -> Option<Value> {
-    let job = engine.job(id)?;
+fn summary(txn: &Txn<'_>, id: u64) -> Option<Value> {
+    let job = txn.job(id)?;
     let mut obj = Map::new();
     obj.insert("id".into(), id.into());
     obj.insert("state".into(), job.state.as_str().into());
     obj.insert("priority".into(), job.pri.into());
     obj.insert("attempts".into(), job.reserves.into());
     obj.insert("created_ms".into(), job.created.into());
-    // A listing reads no bodies back from the log: only those in memory are previewed.
-    if let Some(body) = job.body.in_memory() {
-        preview_out(&mut obj, body, LISTING_PREVIEW_BYTES);
+    // Bodies only the log holds are read back (a page in hand-out order is read a window
+    // at a time); one that cannot be read is left out of the preview, not the listing.
+    if let Ok(body) = txn.body(job) {
+        preview_out(&mut obj, &body, LISTING_PREVIEW_BYTES);
     }
     Some(Value::Object(obj))
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use jobyard_broker::Broker;
+use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{Cursor, Engine, Job, JobId, JobState, Millis};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -163,7 +163,10 @@ struct PageQuery {
     limit: Option<usize>,
 }
 
-fn job_json(engine: &Engine, job: &Job, now: Millis) -> Value {
+fn job_json(txn: &Txn<'_>, job: &Job, now: Millis) -> Value {
+    let engine: &Engine = txn;
+    // Bodies only the log holds are read back for the preview (left out if unreadable).
+    let preview = txn.body(job).ok().map(|b| text(&b));
     json!({
         "id": job.id,
         "queue": text(&engine.queue(job.queue).name),
@@ -179,7 +182,7 @@ fn job_json(engine: &Engine, job: &Job, now: Millis) -> Value {
         "buries": job.buries,
         "kicks": job.kicks,
         "size": job.body.len(),
-        "body_preview": job.body.in_memory().map(text),
+        "body_preview": preview,
         "attrs": engine.attrs_of(job.id).map(|a| text(a)),
     })
 }

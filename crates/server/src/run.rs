@@ -70,6 +70,7 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
         },
         salvage: settings.salvage,
         bodies_in_log: settings.bodies_in_log,
+        hot_body_bytes: settings.hot_body_bytes,
         queues_first,
     })
     .map_err(|e| Fatal(e.message, e.exit_code))

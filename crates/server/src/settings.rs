@@ -27,8 +27,10 @@ pub struct Settings {
     pub segment_bytes: u64,
     pub compact_min_bytes: u64,
     pub salvage: bool,
-    /// Keep durable bodies only in the log (a measured prototype, off by default).
+    /// Keep durable bodies only in the log once written (on by default: memory per job).
     pub bodies_in_log: bool,
+    /// With `bodies_in_log`: the most bytes of just-written bodies kept until the next write.
+    pub hot_body_bytes: usize,
     /// Bytes of unfinished request bodies all connections together may buffer.
     pub max_inflight_bytes: u64,
     /// Switch to this user after binding (beanstalkd `-u`).
@@ -59,6 +61,7 @@ pub struct Settings {
 }
 
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
+pub use jobyard_broker::{DEFAULT_BODIES_IN_LOG, DEFAULT_HOT_BODY_BYTES};
 
 /// The 14/WMP manager's settings (`--wmp-listen`, `--wmp-name`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,9 +118,22 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBYARD_SALVAGE")]
     pub salvage: bool,
     /// Keep a durable job's body only in the log once written and read it back when the
-    /// job is handed out (a prototype, off by default: docs/performance.md).
-    #[arg(long, env = "JOBYARD_BODIES_IN_LOG")]
-    pub bodies_in_log: bool,
+    /// job is handed out (memory per queued job, docs/performance.md); `=false` keeps every
+    /// body in memory [default: true].
+    #[arg(
+        long,
+        env = "JOBYARD_BODIES_IN_LOG",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub bodies_in_log: Option<bool>,
+    /// With bodies kept in the log: the most bytes of just-written bodies kept in memory
+    /// until the next write, so jobs handed out right after their put are not read back;
+    /// 0 keeps none [default: 1048576].
+    #[arg(long, env = "JOBYARD_HOT_BODY_BYTES")]
+    pub hot_body_bytes: Option<usize>,
     /// Bytes of request bodies still being received that all connections together may
     /// buffer; past it a put gets OUT_OF_MEMORY (Gearman: ERROR) [default: 268435456].
     #[arg(long, env = "JOBYARD_MAX_INFLIGHT_BYTES")]
@@ -327,7 +343,8 @@ impl ServeArgs {
             segment_bytes: self.segment_bytes.unwrap_or(64 << 20),
             compact_min_bytes: self.compact_min_bytes.unwrap_or(64 << 20),
             salvage: self.salvage,
-            bodies_in_log: self.bodies_in_log,
+            bodies_in_log: self.bodies_in_log.unwrap_or(DEFAULT_BODIES_IN_LOG),
+            hot_body_bytes: self.hot_body_bytes.unwrap_or(DEFAULT_HOT_BODY_BYTES),
             max_inflight_bytes: self
                 .max_inflight_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES),
@@ -390,6 +407,32 @@ mod tests {
             .unwrap_err()
             .contains("interval=<ms>"));
         assert!(parse_fsync("interval=x").is_err());
+    }
+
+    #[test]
+    fn bodies_stay_in_the_log_by_default_and_the_switch_turns_it_off() {
+        let s = serve(&[]).unwrap();
+        assert!(s.bodies_in_log);
+        assert_eq!(s.hot_body_bytes, 1 << 20);
+        assert!(serve(&["--bodies-in-log"]).unwrap().bodies_in_log);
+        assert!(!serve(&["--bodies-in-log=false"]).unwrap().bodies_in_log);
+        assert!(!serve(&["--bodies-in-log=no"]).unwrap().bodies_in_log);
+        assert!(serve(&["--bodies-in-log=maybe"]).is_err());
+        let s = serve(&["--hot-body-bytes", "0"]).unwrap();
+        assert_eq!(s.hot_body_bytes, 0);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        std::fs::write(&path, "bodies_in_log = false\nhot_body_bytes = 4096\n").unwrap();
+        let cfg = path.to_str().unwrap();
+        let s = serve(&["--config", cfg]).unwrap();
+        assert!(!s.bodies_in_log, "false from the file");
+        assert_eq!(s.hot_body_bytes, 4096);
+        assert!(
+            serve(&["--config", cfg, "--bodies-in-log"])
+                .unwrap()
+                .bodies_in_log
+        );
     }
 
     /// What `jobyard serve ARGS` resolves to, through the same path as `main`.

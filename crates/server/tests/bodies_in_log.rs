@@ -1,5 +1,6 @@
-//! `--bodies-in-log`: durable bodies are kept only in the log and read back when a job is
-//! handed out. Black-box: the real binary, real files, kill -9, compaction, a damaged file.
+//! Bodies in the log (the default): durable bodies are kept only in the log, but for the
+//! newest (`--hot-body-bytes`), and read back when a job is handed out. Black-box: the real
+//! binary, real files, kill -9, compaction, a damaged file.
 
 mod common;
 
@@ -9,7 +10,14 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 
-const ON: &[&str] = &["--bodies-in-log", "--fsync", "never"];
+/// Every body read back from the log: no hot budget.
+const ON: &[&str] = &[
+    "--bodies-in-log",
+    "--hot-body-bytes",
+    "0",
+    "--fsync",
+    "never",
+];
 
 fn body(i: usize) -> Vec<u8> {
     format!("job {i} ").repeat(1 + i % 40).into_bytes()
@@ -88,17 +96,77 @@ fn a_body_that_cannot_be_read_is_an_error_not_a_wrong_body() {
     let id = c.put(0, 0, 60, b"soon unreadable");
     std::thread::sleep(Duration::from_millis(100));
     // Damage from outside: the file is cut under the running server.
-    let seg = segments(dir.path()).pop().expect("a segment");
-    OpenOptions::new()
-        .write(true)
-        .open(&seg)
-        .expect("open segment")
-        .set_len(16)
-        .expect("cut segment");
+    cut_newest_segment(dir.path());
     c.check(&format!("peek {id}"), "INTERNAL_ERROR");
     c.check("reserve-with-timeout 0", "INTERNAL_ERROR");
     // The server goes on serving.
     let other = c.put(0, 0, 60, b"fine");
     assert!(other > id);
     assert!(s.log().contains("cannot read job"), "{}", s.log());
+}
+
+/// Cuts the newest segment under the running server, as damage from outside would.
+fn cut_newest_segment(dir: &Path) {
+    let seg = segments(dir).pop().expect("a segment");
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .expect("open segment")
+        .set_len(16)
+        .expect("cut segment");
+}
+
+#[test]
+fn by_default_only_the_last_written_bodies_stay_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::serve(dir.path(), &["--fsync", "never"]);
+    let mut c = s.client();
+    let body = |i: usize| format!("{i:>100}").into_bytes();
+    let ids: Vec<u64> = (0..200).map(|i| c.put(0, 0, 60, &body(i))).collect();
+    // The writer reports where the bodies are; the next command's turn of the engine
+    // takes the places (and drops what is past the budget).
+    std::thread::sleep(Duration::from_millis(100));
+    cut_newest_segment(dir.path());
+    // An older body was dropped from memory: only the log had it.
+    c.check(&format!("peek {}", ids[0]), "INTERNAL_ERROR");
+    // The last one written is still in memory (until a newer write).
+    assert_eq!(
+        c.peek(&format!("peek {}", ids[199])),
+        Some((ids[199], body(199)))
+    );
+}
+
+#[test]
+fn bodies_in_log_false_keeps_every_body_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::serve(dir.path(), &["--fsync", "never", "--bodies-in-log=false"]);
+    let mut c = s.client();
+    let ids: Vec<u64> = (0..200).map(|i| c.put(0, 0, 60, &body(i))).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    cut_newest_segment(dir.path());
+    for (i, &id) in ids.iter().enumerate() {
+        assert_eq!(c.reserve(), (id, body(i)), "job {i}");
+    }
+}
+
+#[test]
+fn a_backlog_drained_in_order_reads_back_exactly_also_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::serve(dir.path(), ON);
+    let mut c = s.client();
+    let ids: Vec<u64> = (0..3000).map(|i| c.put(0, 0, 60, &body(i))).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // The first half is read a window at a time, as a drain does.
+    for (i, &id) in ids.iter().enumerate().take(1500) {
+        assert_eq!(c.reserve(), (id, body(i)), "job {i}");
+        c.check(&format!("delete {id}"), "DELETED");
+    }
+    drop(c);
+    drop(s);
+    let s = Server::serve(dir.path(), &["--fsync", "never"]);
+    let mut c = s.client();
+    for (i, &id) in ids.iter().enumerate().skip(1500) {
+        assert_eq!(c.reserve(), (id, body(i)), "job {i} after the restart");
+        c.check(&format!("delete {id}"), "DELETED");
+    }
 }

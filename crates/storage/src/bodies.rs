@@ -8,14 +8,15 @@
 //!
 //! Each registered file is held open through an `Arc`, so a file that compaction deletes
 //! stays readable by a reader that already took it; the engine learns the bodies' new
-//! places (in the snapshot) before the old files are forgotten here.
+//! places (in the snapshot) before the old files are forgotten here. Bodies read in the
+//! order they were written are read ahead ([`crate::read_ahead`]).
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::files::{classify, DataFile};
+use crate::read_ahead::ReadAhead;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +33,25 @@ struct Registered {
     key: FileKey,
     index: u32,
     file: Arc<File>,
+    /// How far the file is known written: read-ahead never reads past it. The segment
+    /// being written grows it as places are published; complete files are readable whole.
+    readable: u64,
+}
+
+/// Places the engine has not taken yet: bodies just written, and bodies compaction moved.
+#[derive(Default)]
+pub struct Located {
+    /// Bodies whose records were written: the engine may drop its copy.
+    pub written: Vec<(JobId, LogRef)>,
+    /// Bodies compaction copied into a snapshot: the engine must use these places from
+    /// now on, since the files the old places point into are about to be let go.
+    pub moved: Vec<(JobId, LogRef)>,
+}
+
+impl Located {
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty() && self.moved.is_empty()
+    }
 }
 
 /// The files bodies can be read from, and the places of bodies written since the engine
@@ -40,8 +60,9 @@ struct Registered {
 pub(crate) struct BodyFiles {
     files: Mutex<Vec<Registered>>,
     next_index: AtomicU32,
-    located: Mutex<Vec<(JobId, LogRef)>>,
+    located: Mutex<Located>,
     any_located: AtomicBool,
+    ahead: Mutex<ReadAhead>,
 }
 
 /// Indices above this do not fit a [`LogRef`]'s 48-bit position (with 32 bits of offset):
@@ -54,29 +75,58 @@ impl BodyFiles {
     pub fn recovered(paths: &[PathBuf]) -> BodyFiles {
         let files = BodyFiles::default();
         for path in paths {
-            files.register(key_of(path), path);
+            files.register_complete(key_of(path), path);
         }
         files
     }
 
-    /// Opens `path` for reading bodies; returns its index, or `None` when the indices ran
-    /// out or the file cannot be opened (its bodies then stay in memory).
+    /// Opens a file that is being written (a new segment) for reading bodies; returns its
+    /// index, or `None` when the indices ran out or the file cannot be opened (its bodies
+    /// then stay in memory).
     pub fn register(&self, key: FileKey, path: &Path) -> Option<u32> {
+        self.register_at(key, path, 0)
+    }
+
+    /// The same for a file nothing writes to any more (recovered, or a snapshot).
+    pub fn register_complete(&self, key: FileKey, path: &Path) -> Option<u32> {
+        self.register_at(key, path, u64::MAX)
+    }
+
+    fn register_at(&self, key: FileKey, path: &Path, readable: u64) -> Option<u32> {
         let index = self.next_index.fetch_add(1, Ordering::Relaxed);
         if index > MAX_INDEX {
             return None;
         }
         let file = Arc::new(File::open(path).ok()?);
         let mut files = self.files.lock().expect("body files lock");
-        files.push(Registered { key, index, file });
+        files.push(Registered {
+            key,
+            index,
+            file,
+            readable,
+        });
         Some(index)
     }
 
     /// Forgets every file older than `seq` (compaction replaced them with snapshot `seq`).
     /// Readers that already took one keep it open until they are done.
     pub fn forget_older_than(&self, seq: u64) {
-        let mut files = self.files.lock().expect("body files lock");
-        files.retain(|f| f.key.seq >= seq);
+        let mut gone = Vec::new();
+        self.files.lock().expect("body files lock").retain(|f| {
+            let keep = f.key.seq >= seq;
+            if !keep {
+                gone.push(f.index);
+            }
+            keep
+        });
+        // After the files: a reader can no longer fill a window of a file let go.
+        self.ahead.lock().expect("read-ahead lock").forget(&gone);
+    }
+
+    /// Bodies read back so far, and the `pread`s that read them.
+    pub fn read_stats(&self) -> (u64, u64) {
+        let ahead = self.ahead.lock().expect("read-ahead lock");
+        (ahead.bodies, ahead.preads)
     }
 
     /// Records that job `id`'s body (`len` bytes) starts at `offset` of file `index`.
@@ -101,42 +151,84 @@ impl BodyFiles {
         if found.is_empty() {
             return;
         }
+        // Before any reader can learn these places: a body's bytes are known written.
+        self.written_up_to(found);
         let mut located = self.located.lock().expect("located lock");
-        located.append(found);
+        located.written.append(found);
         self.any_located.store(true, Ordering::Release);
     }
 
+    /// Hands the places of bodies compaction copied to the engine's next turn.
+    pub fn publish_moved(&self, found: &mut Vec<(JobId, LogRef)>) {
+        if found.is_empty() {
+            return;
+        }
+        let mut located = self.located.lock().expect("located lock");
+        located.moved.append(found);
+        self.any_located.store(true, Ordering::Release);
+    }
+
+    /// Raises each file's readable end to the end of the last body found in it.
+    fn written_up_to(&self, found: &[(JobId, LogRef)]) {
+        let mut ends: Vec<(u32, u64)> = Vec::new();
+        for (_, at) in found {
+            let (index, offset) = split(*at);
+            let end = offset + at.len() as u64;
+            match ends.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, e)) => *e = (*e).max(end),
+                None => ends.push((index, end)),
+            }
+        }
+        let mut files = self.files.lock().expect("body files lock");
+        for (index, end) in ends {
+            if let Some(f) = files.iter_mut().find(|f| f.index == index) {
+                f.readable = f.readable.max(end);
+            }
+        }
+    }
+
     /// The places published since the last call (one atomic load when there are none).
-    pub fn take_located(&self) -> Vec<(JobId, LogRef)> {
+    pub fn take_located(&self) -> Located {
         if !self.any_located.load(Ordering::Acquire) {
-            return Vec::new();
+            return Located::default();
         }
         let mut located = self.located.lock().expect("located lock");
         self.any_located.store(false, Ordering::Release);
         std::mem::take(&mut *located)
     }
 
-    /// Reads a body back with one `pread`.
+    /// Reads a body back: from a window read ahead, or with a `pread` (see
+    /// [`crate::read_ahead`]).
     pub fn read(&self, at: LogRef) -> io::Result<Vec<u8>> {
-        let index = (at.pos() >> 32) as u32;
-        let offset = at.pos() & u32::MAX as u64;
-        let file = {
-            let files = self.files.lock().expect("body files lock");
-            files
-                .iter()
-                .find(|f| f.index == index)
-                .map(|f| f.file.clone())
-        };
-        let file = file.ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("the log file holding this body (index {index}) is gone"),
-            )
-        })?;
-        let mut body = vec![0; at.len() as usize];
-        file.read_exact_at(&mut body, offset)?;
-        Ok(body)
+        let (index, offset) = split(at);
+        let len = at.len() as usize;
+        let mut ahead = self.ahead.lock().expect("read-ahead lock");
+        if let Some(body) = ahead.hit(index, offset, len) {
+            return Ok(body);
+        }
+        let (file, readable) = self.file(index)?;
+        ahead.miss(&file, index, offset, len, readable)
     }
+
+    /// File `index` and how far it is known written.
+    fn file(&self, index: u32) -> io::Result<(Arc<File>, u64)> {
+        let files = self.files.lock().expect("body files lock");
+        files
+            .iter()
+            .find(|f| f.index == index)
+            .map(|f| (f.file.clone(), f.readable))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("the log file holding this body (index {index}) is gone"),
+                )
+            })
+    }
+}
+
+/// A place's file index and offset.
+fn split(at: LogRef) -> (u32, u64) {
+    ((at.pos() >> 32) as u32, at.pos() & u32::MAX as u64)
 }
 
 /// What a data file's name says it is.

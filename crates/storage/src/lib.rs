@@ -17,11 +17,12 @@ mod bodies;
 mod codec;
 mod files;
 mod lock;
+mod read_ahead;
 mod recovery;
 mod stats;
 mod writer;
 
-pub use bodies::body_ref;
+pub use bodies::{body_ref, Located};
 pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;

@@ -14,7 +14,7 @@ use jobyard_engine::Change;
 
 use jobyard_engine::LogRef;
 
-use crate::bodies::{BodyFiles, FileKey};
+use crate::bodies::{BodyFiles, FileKey, Located};
 use crate::codec::{encode_change, encode_segment_end};
 use crate::files::{
     create_segment, free_bytes, header, list, preallocate, release_preallocation, segment_path,
@@ -42,8 +42,8 @@ pub struct LogOptions {
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
     /// Report where each durable body was written ([`Log::take_located`]) so the engine
-    /// can drop its copy, and read bodies back ([`Log::read_body`]). Off by default: a
-    /// measured prototype (docs/performance.md).
+    /// can drop its copy, and read bodies back ([`Log::read_body`]). Off here by default;
+    /// the server turns it on unless told otherwise (docs/performance.md).
     pub bodies_in_log: bool,
 }
 
@@ -332,14 +332,23 @@ impl Log {
 
     /// Where bodies were written (or copied by compaction) since the last call: the
     /// engine may keep these places instead of the bodies. One atomic load when none.
-    pub fn take_located(&self) -> Vec<(jobyard_engine::JobId, LogRef)> {
+    pub fn take_located(&self) -> Located {
         self.shared
             .bodies
             .as_ref()
-            .map_or_else(Vec::new, BodyFiles::take_located)
+            .map_or_else(Located::default, BodyFiles::take_located)
     }
 
-    /// Reads a body back from the log with one `pread`.
+    /// Bodies read back from the log so far, and the `pread`s that read them (fewer when
+    /// bodies are read in the order they were written: see `read_ahead`).
+    pub fn body_read_stats(&self) -> (u64, u64) {
+        self.shared
+            .bodies
+            .as_ref()
+            .map_or((0, 0), BodyFiles::read_stats)
+    }
+
+    /// Reads a body back from the log (one `pread`, or none when read ahead).
     pub fn read_body(&self, at: LogRef) -> io::Result<Vec<u8>> {
         match &self.shared.bodies {
             Some(bodies) => bodies.read(at),
@@ -1068,12 +1077,12 @@ fn write_snapshot(
             seq,
             snapshot: true,
         };
-        if let Some(index) = bodies.register(key, &final_path) {
+        if let Some(index) = bodies.register_complete(key, &final_path) {
             let mut found = Vec::with_capacity(copied.len());
             for (id, at, len) in copied {
                 bodies.located_at(&mut found, id, index, at, len);
             }
-            bodies.publish(&mut found);
+            bodies.publish_moved(&mut found);
         }
         bodies.forget_older_than(seq);
     }

@@ -13,9 +13,13 @@ use jobyard_storage::{body_ref, recover_placed, FsyncMode, Log, LogOptions};
 const T0: Millis = 1_700_000_000_000;
 
 fn open(dir: &Path, fsync: FsyncMode) -> Log {
+    open_with_segments(dir, fsync, 4096)
+}
+
+fn open_with_segments(dir: &Path, fsync: FsyncMode, segment_bytes: u64) -> Log {
     let options = LogOptions {
         fsync,
-        segment_bytes: 4096,
+        segment_bytes,
         bodies_in_log: true,
     };
     Log::open(dir, 1, options, Box::new(|_| {})).expect("open log")
@@ -54,10 +58,12 @@ fn wait_written(log: &Log, lsn: u64) {
 /// Hands every place the log reported to the engine (what the broker does at each lock).
 fn learn_places(e: &mut Engine, log: &Log) -> usize {
     let found = log.take_located();
-    for &(id, at) in &found {
-        e.body_written(id, at);
+    for &(id, at) in &found.moved {
+        e.body_moved(id, at);
     }
-    found.len()
+    let count = found.moved.len() + found.written.len();
+    e.bodies_written(found.written);
+    count
 }
 
 fn place(e: &Engine, id: JobId) -> LogRef {
@@ -226,4 +232,136 @@ fn after_a_restart_bodies_are_read_where_recovery_found_them() {
     .expect("reopen");
     assert!(report.files.len() > 2, "bodies in several files");
     assert_bodies_read_back(&r, &log, &ids);
+}
+
+/// Reads every body back in id order (a drain), returning the `pread`s it took.
+fn drain_reads(e: &Engine, log: &Log, ids: &[JobId]) -> u64 {
+    let (_, before) = log.body_read_stats();
+    assert_bodies_read_back(e, log, ids);
+    log.body_read_stats().1 - before
+}
+
+#[test]
+fn a_backlog_handed_out_in_order_is_read_a_window_at_a_time() {
+    for fsync in [FsyncMode::Never, FsyncMode::Always] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open_with_segments(dir.path(), fsync, 1 << 20);
+        let mut e = Engine::new();
+        let q = e.queue_id_or_create(b"q");
+        let ids = put_jobs(&mut e, &log, q, 2000);
+        learn_places(&mut e, &log);
+        let preads = drain_reads(&e, &log, &ids);
+        // ~2000 bodies of ~150 bytes with their records: some 400 KB, 64 KiB a read.
+        assert!(preads <= 20, "{preads} reads for {} bodies", ids.len());
+        // Out of order: at most a read per body (the windows still hold the last run's
+        // tail), and each still right.
+        let scattered: Vec<JobId> = ids.iter().rev().step_by(37).copied().collect();
+        assert!(drain_reads(&e, &log, &scattered) <= scattered.len() as u64);
+        log.close();
+    }
+}
+
+#[test]
+fn a_window_read_before_compaction_never_serves_the_moved_bodies_old_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_with_segments(dir.path(), FsyncMode::Never, 64 << 10);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let ids = put_jobs(&mut e, &log, q, 1000);
+    learn_places(&mut e, &log);
+    let before: Vec<LogRef> = ids.iter().map(|&id| place(&e, id)).collect();
+    // A run is being read from the first segment: its window holds the next bodies too.
+    drain_reads(&e, &log, &ids[..50]);
+
+    let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
+    assert!(e.delete(0, ids[0]));
+    let lsn = log.append(e.take_changes());
+    wait_written(&log, lsn);
+    for chunk in e.snapshot_order().chunks(64) {
+        let (mut jobs, in_log) = e.snapshot_of_split(chunk);
+        for (i, at) in in_log {
+            if let Change::Put { body, .. } = &mut jobs[i] {
+                *body = log.read_body(at).expect("old place reads").into();
+            }
+        }
+        assert!(feed.send(jobs));
+    }
+    feed.finish();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.snapshot_running() {
+        assert!(Instant::now() < deadline, "snapshot never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(learn_places(&mut e, &log) >= ids.len() - 1);
+    // The old file is let go with its windows: the place inside the window read before
+    // compaction no longer reads, and every body is read from the snapshot, a window at
+    // a time.
+    assert!(log.read_body(before[60]).is_err());
+    let preads = drain_reads(&e, &log, &ids[1..]);
+    assert!(preads <= 10, "{preads} reads after compaction");
+}
+
+fn kept_in_memory(e: &Engine, ids: &[JobId]) -> Vec<bool> {
+    ids.iter()
+        .map(|&id| e.job(id).expect("live").body.in_memory().is_some())
+        .collect()
+}
+
+#[test]
+fn written_bodies_stay_in_memory_for_one_turn_within_the_budget_and_then_read_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_with_segments(dir.path(), FsyncMode::Never, 1 << 20);
+    let mut e = Engine::new();
+    // About 40 of these bodies (16 to 112 bytes, and 32 bytes of bookkeeping each).
+    e.set_hot_body_budget(4096);
+    let q = e.queue_id_or_create(b"q");
+    // One turn learns all 300: past the budget, the oldest go at once.
+    let ids = put_jobs(&mut e, &log, q, 300);
+    learn_places(&mut e, &log);
+    let in_memory = kept_in_memory(&e, &ids);
+    let kept = in_memory.iter().filter(|&&m| m).count();
+    assert!((20..=60).contains(&kept), "{kept} bodies kept");
+    assert!(
+        in_memory[..ids.len() - kept].iter().all(|&m| !m),
+        "the newest are kept"
+    );
+    assert!(in_memory[ids.len() - kept..].iter().all(|&m| m));
+    assert_bodies_read_back(&e, &log, &ids[..ids.len() - kept]);
+    for &id in &ids[ids.len() - kept..] {
+        let body = e.job(id).expect("live").body.in_memory().expect("kept");
+        assert_eq!(body, &body_of(id)[..]);
+    }
+    // A turn that learns of nothing new changes nothing.
+    assert_eq!(learn_places(&mut e, &log), 0);
+    assert_eq!(
+        kept_in_memory(&e, &ids).iter().filter(|&&m| m).count(),
+        kept
+    );
+    // The next turn that learns of newer bodies drops the ones kept, and keeps its own.
+    let newer = put_jobs(&mut e, &log, q, 20);
+    learn_places(&mut e, &log);
+    assert!(kept_in_memory(&e, &ids).iter().all(|&m| !m));
+    assert!(kept_in_memory(&e, &newer).iter().all(|&m| m));
+    assert_bodies_read_back(&e, &log, &ids);
+}
+
+#[test]
+fn a_hot_body_moved_by_compaction_keeps_its_new_place_when_it_leaves_the_budget() {
+    let mut e = Engine::new();
+    e.set_hot_body_budget(1000);
+    let q = e.queue_id_or_create(b"q");
+    let id = e.put(q, 0, 0, 60, Bytes::from_static(b"abc"), true, T0).id;
+    let written = LogRef::new(16, 3).expect("fits");
+    let moved = LogRef::new(5 << 32 | 16, 3).expect("fits");
+    e.body_written(id, written);
+    assert!(e.job(id).expect("live").body.in_memory().is_some(), "kept");
+    e.body_moved(id, moved);
+    assert_eq!(e.job(id).expect("live").body, Body::Log(moved));
+    // Later turns drop the body the written place was kept for: the moved place stays.
+    for _ in 0..100 {
+        let other = e.put(q, 0, 0, 60, Bytes::from_static(b"xyz"), true, T0).id;
+        e.body_written(other, LogRef::new(4096, 3).expect("fits"));
+    }
+    assert_eq!(e.hot_bodies(), 1, "only the last turn's body");
+    assert_eq!(e.job(id).expect("live").body, Body::Log(moved));
 }

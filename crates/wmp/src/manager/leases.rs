@@ -138,13 +138,7 @@ impl Manager {
         }
         let Some(id) = reserved else {
             drop(txn);
-            let no = No {
-                lock: give.lock,
-                manager: Some(self.name.clone()),
-            };
-            self.registry.answered(&path);
-            self.send(path, Command::No(no), OutKind::No);
-            counters::count(&self.metrics, Counter::No);
+            self.answer_no(path, give.lock);
             return;
         };
         // Decision 15: tells the worker a hot GIVE would find work, so it never sends one
@@ -152,6 +146,22 @@ impl Manager {
         let more = txn.has_ready(&all, now);
         let attempt = txn.fence(self.conn, id).expect("the job was just reserved");
         let job = txn.job(id).expect("a reserved job exists");
+        // A body the log cannot give back (a file cut or damaged from outside) is never
+        // sent as something else: the worker gets NO, and the job stays leased to the
+        // manager until its lease ends, as a beanstalkd reserve that fails does.
+        let body = match txn.body(job) {
+            Ok(body) => Bytes::copy_from_slice(&body),
+            Err(e) => {
+                tracing::error!(
+                    "cannot read job {id}'s body back from the log: {e}; not handed out, \
+                     it is ready again when its lease ends"
+                );
+                let lsn = txn.commit();
+                self.lsn = self.lsn.max(lsn);
+                self.answer_no(path, give.lock);
+                return;
+            }
+        };
         let queue = String::from_utf8_lossy(&txn.queue(job.queue).name).into_owned();
         let take = Take {
             lock: give.lock,
@@ -160,15 +170,7 @@ impl Manager {
             attempt: attempt as u64,
             queue,
             timeout_ms: job.ttr.max(1) as u64 * 1000,
-            // Prototype (bodies in the log): a body that cannot be read is logged and sent
-            // empty; see docs/performance.md for what is left.
-            body: match txn.body(job) {
-                Ok(body) => Bytes::copy_from_slice(&body),
-                Err(e) => {
-                    tracing::error!("cannot read job {id}'s body back from the log: {e}");
-                    Bytes::new()
-                }
-            },
+            body,
         };
         let pri = job.pri;
         let lsn = txn.commit();
@@ -199,6 +201,17 @@ impl Manager {
             },
         });
         counters::count(&self.metrics, Counter::Take);
+    }
+
+    /// NO: nothing for this GIVE.
+    fn answer_no(&mut self, path: Path, lock: String) {
+        let no = No {
+            lock,
+            manager: Some(self.name.clone()),
+        };
+        self.registry.answered(&path);
+        self.send(path, Command::No(no), OutKind::No);
+        counters::count(&self.metrics, Counter::No);
     }
 
     /// True when `job` is held by this manager under hand-out `attempt`.
