@@ -293,9 +293,8 @@ impl Log {
     /// In `interval` and `never` modes a reply needs only `write(2)`: the caller always
     /// writes, which saves a hand-off to the writer thread per batch, and concurrent
     /// callers still share one write. In `always` mode the caller writes and syncs only
-    /// when no other batch is being written and no other transaction's records are
-    /// pending; otherwise its records join the writer thread's next batch, so group commit
-    /// is kept under load.
+    /// when no other batch is being written ([`Log::sync_if_idle`]); otherwise its records
+    /// join the writer thread's next batch, so group commit is kept under load.
     pub fn write_through(&self, lsn: Lsn) -> bool {
         if self.durable() >= lsn {
             return true;
