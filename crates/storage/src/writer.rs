@@ -1,7 +1,5 @@
 //! The log writer: appends are buffered under a short lock, and one thread writes and
-//! syncs whatever accumulated, so concurrent commands share one write and one fsync. A
-//! lone command at low load writes (and syncs) its own records instead of handing them to
-//! that thread and waiting to be woken back ([`Log::write_through`]).
+//! syncs whatever accumulated, so concurrent commands share one write and one fsync.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -702,8 +700,8 @@ fn fsync_failed(e: &io::Error) -> ! {
 /// How often the writer thread writes out records nobody waited for in `never` mode.
 const NEVER_MODE_SWEEP: Duration = Duration::from_millis(50);
 
-/// The writer thread: writes whatever accumulates (in `always` mode, and syncs, every batch
-/// that its waiter did not sync itself), performs the periodic sync of `interval` mode, retries making a segment
+/// The writer thread: writes whatever accumulates (every batch in `always` mode, where it
+/// also syncs), performs the periodic sync of `interval` mode, retries making a segment
 /// while the disk is full, and flushes at shutdown.
 fn write_loop(shared: Arc<Shared>) {
     let interval = match shared.options.fsync {
