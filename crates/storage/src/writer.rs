@@ -120,9 +120,6 @@ struct Pending {
     /// Bodies in `buf` whose place is reported once written: (job, offset in `buf`, length).
     bodies: Vec<PendingBody>,
     appended: Lsn,
-    /// Appends whose records are in `buf`: more than one means concurrent transactions,
-    /// which the writer thread syncs together (see [`Log::sync_if_idle`]).
-    appends: u32,
     snapshot: Option<SnapshotRequest>,
     shutdown: bool,
 }
@@ -257,7 +254,6 @@ impl Log {
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
         let mut p = self.shared.pending.lock().expect("log lock");
         let was_empty = p.buf.is_empty();
-        let first = p.appended;
         let track = self.shared.bodies.is_some();
         for change in changes {
             encode_change(&change, &mut p.buf);
@@ -267,9 +263,6 @@ impl Log {
                 let at = p.buf.len() - body.len();
                 p.bodies.push((*id, at, body.len()));
             }
-        }
-        if p.appended > first {
-            p.appends = p.appends.saturating_add(1);
         }
         let lsn = p.appended;
         // In `always` mode the writer thread is woken so that records nobody waits for are
@@ -318,18 +311,12 @@ impl Log {
     /// and wakes the request's thread again, and on an idle machine each wake-up of a
     /// parked thread costs more than the fsync (docs/storage.md, "Who writes a batch").
     /// The caller's thread is blocked for one fsync; a busy writer is never waited for.
-    /// When other transactions' records are pending too, the load is not that of a lone
-    /// request: the writer thread (already woken) syncs them all, and the caller's thread
-    /// goes on serving its other connections instead of blocking in an fsync.
     fn sync_if_idle(&self, lsn: Lsn) -> bool {
         let mut w = match self.shared.writer.try_lock() {
             Ok(w) => w,
             Err(std::sync::TryLockError::WouldBlock) => return false,
             Err(std::sync::TryLockError::Poisoned(e)) => panic!("log writer lock: {e}"),
         };
-        if self.shared.pending.lock().expect("log lock").appends > 1 {
-            return false;
-        }
         if self.durable() < lsn {
             write_batch(&self.shared, &mut w, false);
         }
@@ -790,7 +777,6 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     let (upto, snapshot, records) = {
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
-        p.appends = 0;
         std::mem::swap(&mut p.bodies, &mut w.spare_bodies);
         let durable = shared.durable.load(Ordering::Relaxed);
         (p.appended, p.snapshot.take(), p.appended - durable)
