@@ -12,10 +12,6 @@ pub struct LogStats {
     pub bytes: AtomicU64,
     /// `write(2)` batches: records / batches is the average group-commit size.
     pub batches: AtomicU64,
-    /// Batches synced before they were acknowledged (`always` mode: every batch; other
-    /// modes: those a shutdown synced). Per log, unlike [`sync_stats`], so a test can count
-    /// the syncs of its own log.
-    pub synced_batches: AtomicU64,
 }
 
 /// The process's log syncs. Process-wide (a server has one log) so that every place that

@@ -265,28 +265,25 @@ impl Log {
             }
         }
         let lsn = p.appended;
-        // In `always` mode the writer thread is woken so that records nobody waits for are
-        // synced too; a waiter that finds no batch being written syncs its records itself
-        // ([`Log::write_through`]) and usually before the thread is up, which then finds
-        // nothing to do. Otherwise whoever waits for the records writes them inline, and
-        // the writer thread only sweeps up, on its timer, records that nobody waits for —
-        // waking it here would cost a context switch per batch.
+        // In `always` mode the writer thread does every write. Otherwise whoever waits for
+        // the records writes them inline, and the writer thread only sweeps up, on its
+        // timer, records that nobody waits for — waking it here would cost a context
+        // switch per batch.
         if was_empty && !p.buf.is_empty() && self.shared.options.fsync == FsyncMode::Always {
             self.shared.wake.notify_one();
         }
         lsn
     }
 
-    /// Makes everything up to `lsn` durable on the calling thread when it can do so
-    /// without waiting for another writer, and returns true; returns false when the caller
-    /// must wait for the writer thread instead (its `on_durable` says when).
-    ///
-    /// In `interval` and `never` modes a reply needs only `write(2)`: the caller always
-    /// writes, which saves a hand-off to the writer thread per batch, and concurrent
-    /// callers still share one write. In `always` mode the caller writes and syncs only
-    /// when no other batch is being written ([`Log::sync_if_idle`]); otherwise its records
-    /// join the writer thread's next batch, so group commit is kept under load.
+    /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only
+    /// asks for `write(2)` before a reply (`interval`, `never`), and returns true. Saves a
+    /// hand-off to the writer thread per batch; concurrent callers still share one write.
+    /// Returns false in `always` mode, where the caller must wait for the writer thread
+    /// (an fsync must not block the caller's thread).
     pub fn write_through(&self, lsn: Lsn) -> bool {
+        if self.shared.options.fsync == FsyncMode::Always {
+            return false;
+        }
         if self.durable() >= lsn {
             return true;
         }
@@ -295,33 +292,11 @@ impl Log {
             // for it asynchronously instead of blocking this thread on the lock.
             return false;
         }
-        if self.shared.options.fsync == FsyncMode::Always {
-            return self.sync_if_idle(lsn);
-        }
         let mut w = self.shared.writer.lock().expect("log writer lock");
         if self.durable() < lsn {
             write_batch(&self.shared, &mut w, false);
         }
         true
-    }
-
-    /// `always` mode: writes and syncs the pending records on the calling thread if no
-    /// batch is being written now. A lone request at low load then costs no thread
-    /// hand-off: without this, the request's thread wakes the writer thread, which syncs
-    /// and wakes the request's thread again, and on an idle machine each wake-up of a
-    /// parked thread costs more than the fsync (docs/storage.md, "Who writes a batch").
-    /// The caller's thread is blocked for one fsync; a busy writer is never waited for.
-    fn sync_if_idle(&self, lsn: Lsn) -> bool {
-        let mut w = match self.shared.writer.try_lock() {
-            Ok(w) => w,
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-            Err(std::sync::TryLockError::Poisoned(e)) => panic!("log writer lock: {e}"),
-        };
-        if self.durable() < lsn {
-            write_batch(&self.shared, &mut w, false);
-        }
-        // False only if the log is closing and the write kept failing: nothing was synced.
-        self.durable() >= lsn
     }
 
     /// Whether a new job whose record takes about `bytes` may be added now. False while
@@ -832,7 +807,6 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     };
     if must_sync {
         sync_or_die(&w.segment);
-        shared.stats.synced_batches.fetch_add(1, Ordering::Relaxed);
         w.last_sync = Instant::now();
         w.unsynced = false;
     }
@@ -1164,7 +1138,3 @@ fn write_snapshot_file(
     file.sync_all()?;
     Ok(jobs)
 }
-
-#[cfg(test)]
-#[path = "writer_tests.rs"]
-mod tests;
