@@ -1,21 +1,24 @@
-//! A MySQL connection kept for one user that needs one at a time (the done writer's task),
-//! outside the pool.
+//! A MySQL connection kept for one user that needs one at a time (the done writer's task,
+//! the fetches, which the worker runs one at a time), outside the pool.
 //!
 //! Why not the pool: sqlx's pool pings a connection (`COM_PING`, a round trip) when it
 //! hands it out and again when it is given back, so every final write cost two extra round
-//! trips, and two wake-ups of a MariaDB thread, on top of its own statement. Kept here, the
-//! connection is checked by use: any error that may have left it unusable drops it, and the
-//! next use opens a new one.
+//! trips, and two wake-ups of a MariaDB thread, on top of its own statement (for a fetch,
+//! the first of them on the path from a poke to the launch). Kept here, the connection is
+//! checked by use: any error that may have left it unusable drops it, and the next use
+//! opens a new one.
 //!
-//! Fetches stay on the pool, though the reason they went back (a fetch passing over a
-//! `waiting` row) turned out to be run-manual's claim locking every row of a small table
-//! (see [`crate::store::Store::claim_manual`]), not the connection.
+//! Fetches were once moved back to the pool because a fetch passed over a `waiting` row;
+//! the cause turned out to be run-manual's claim locking every row of a small table (see
+//! [`crate::store::Store::claim_manual`]), not the connection.
 
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Connection};
-use tokio::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// How long opening a connection may take (the pool's acquire timeout, as before).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,12 +26,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// One connection, opened on first use and again after an error dropped it.
 pub struct Dedicated {
     opts: MySqlConnectOptions,
-    conn: Mutex<Option<MySqlConnection>>,
+    conn: Arc<Mutex<Option<MySqlConnection>>>,
 }
 
-/// The connection, held until dropped (or discarded after an error).
-pub struct Held<'a> {
-    guard: MutexGuard<'a, Option<MySqlConnection>>,
+/// The connection, held until dropped (or discarded after an error). Owned, so that a
+/// fetch can keep it between its two round trips.
+pub struct Held {
+    guard: OwnedMutexGuard<Option<MySqlConnection>>,
 }
 
 impl Dedicated {
@@ -36,13 +40,13 @@ impl Dedicated {
     pub fn new(opts: MySqlConnectOptions) -> Dedicated {
         Dedicated {
             opts,
-            conn: Mutex::new(None),
+            conn: Arc::new(Mutex::new(None)),
         }
     }
 
     /// Waits for the connection, opening it if there is none.
-    pub async fn lock(&self) -> Result<Held<'_>, sqlx::Error> {
-        let mut guard = self.conn.lock().await;
+    pub async fn lock(&self) -> Result<Held, sqlx::Error> {
+        let mut guard = self.conn.clone().lock_owned().await;
         if guard.is_none() {
             let connect = tokio::time::timeout(CONNECT_TIMEOUT, self.opts.connect());
             *guard = Some(connect.await.map_err(|_| sqlx::Error::PoolTimedOut)??);
@@ -58,7 +62,7 @@ impl Dedicated {
     }
 }
 
-impl Held<'_> {
+impl Held {
     /// The open connection.
     pub fn conn(&mut self) -> &mut MySqlConnection {
         self.guard

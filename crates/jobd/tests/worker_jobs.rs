@@ -882,6 +882,51 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
 }
 
 #[tokio::test]
+async fn a_fetch_dropped_before_its_commit_leaves_no_row_locked() {
+    // Fetches run on a connection of their own, kept between fetches. A fetch dropped
+    // between its two round trips (a cancelled task) must not leave its transaction open
+    // there: the rows it locked would be skipped (SKIP LOCKED) by every other worker until
+    // this one fetched again.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let row = db.insert("t1", "waiting").await;
+    let store = |db: &TestDb| {
+        Store::connect(
+            &MysqlConfig {
+                host: "127.0.0.1".into(),
+                port: db.port,
+                user: "root".into(),
+                password: String::new(),
+                database: db.name.clone(),
+                table: "jobs".into(),
+            },
+            2,
+        )
+    };
+    let (mine, other) = (store(&db), store(&db));
+    let wants = [("t1".to_string(), 1)];
+    let open = mine.open_fetch(&wants).await.unwrap();
+    drop(open);
+    // The server rolls back when it sees the connection close, a moment later: look again
+    // until then (for ever, were the transaction left open).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        let open = other.open_fetch(&wants).await.unwrap();
+        let claimed = other.commit_fetch(open, &[]).await.unwrap();
+        if !claimed.is_empty() || std::time::Instant::now() > deadline {
+            break claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
+    assert_eq!(db.row(row).await.unwrap().status, "running");
+    mine.close().await;
+    other.close().await;
+}
+
+#[tokio::test]
 async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
     // A job that ends while another runs has its end written in the commit of the fetch
     // that refills its slot. If the column refuses it (4-byte output in a 3-byte utf8
