@@ -4,10 +4,11 @@
 //! Why: under load a job's end and the fetch of the next row come together (the end
 //! frees the slot the fetch fills). Written apart they cost MariaDB two commits (two log
 //! flushes) and two wake-ups of a connection thread; written in the fetch's transaction,
-//! one. The carry is open while fetches are running: an end that comes before a fetch is
-//! sent (a fetch is one round trip) rides on it, one that comes while it is in flight
-//! waits for the next fetch, which under load follows at once (the slot that end freed is
-//! one it fills); when the fetches stop, the ends still waiting go to the done writer. Nothing is acknowledged before it is stored: the job's task waits until the
+//! one. The carry is open while fetches are running: an end that comes before a fetch
+//! sends its second round trip (the UPDATEs and the `COMMIT`) rides on it, one that comes
+//! later waits for the next fetch, which under load follows at once (the slot that end
+//! freed is one it fills); when the fetches stop, the ends still waiting go to the done
+//! writer. Nothing is acknowledged before it is stored: the job's task waits until the
 //! fetch has committed, and if the fetch fails its ends go to the done writer (which
 //! retries and sanitises), so a row is never left `running` by this.
 
@@ -75,8 +76,8 @@ impl Carry {
         Ok(rx)
     }
 
-    /// A fetch is being sent: it takes the ends that came so far; later ones wait for the
-    /// next fetch.
+    /// A fetch sends its commit: it takes the ends that came so far; later ones wait for
+    /// the next fetch.
     pub fn take(&mut self) -> Vec<Carried> {
         std::mem::take(&mut self.ends)
     }

@@ -29,8 +29,8 @@ pub struct Dedicated {
     conn: Arc<Mutex<Option<MySqlConnection>>>,
 }
 
-/// The connection, held until dropped (or discarded after an error). Owned (no borrow of
-/// the [`Dedicated`]), so a fetch's drop guard can hold it.
+/// The connection, held until dropped (or discarded after an error). Owned, so that a
+/// fetch can keep it between its two round trips.
 pub struct Held {
     guard: OwnedMutexGuard<Option<MySqlConnection>>,
 }

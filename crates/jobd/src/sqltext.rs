@@ -25,9 +25,8 @@ const FETCHED: &str = "@jobyard_fetched";
 /// `SELECT … FOR UPDATE SKIP LOCKED` (the rows it locks recorded in a session variable,
 /// since the ids are not known before); the `accepted` and then the `running` UPDATE of
 /// those rows (jobd's order, reference §3) by joining the variable as a table (each row
-/// found by its primary key); the `done` rows of `ends`; `COMMIT`. Its one row (none if
-/// no target has free slots) is `fetched`: the rows taken as a JSON array of `[id, w]`
-/// pairs, `w` being the index of the row's target in `wants` (`NULL` if none).
+/// found by its primary key); the `done` rows of `ends`; the rows taken, as `id` and `w`
+/// (the index of the row's target in `wants`); `COMMIT`.
 ///
 /// Two round trips before (the SELECTs, then the UPDATEs with the ids they returned):
 /// this is on the path from a poke to the launch, and each round trip is also a wake-up
@@ -49,11 +48,8 @@ pub fn fetch(table: &str, wants: &[(String, u64)], ends: &[(u64, &Outcome)], now
     if selects.is_empty() {
         sql.push_str(&format!("SET {FETCHED} = NULL; "));
     } else {
-        // Kept and returned by one statement (the rows taken, as `fetched`): a statement
-        // less than setting it and reading it back at the end.
         sql.push_str(&format!(
-            "SELECT {FETCHED} := (SELECT JSON_ARRAYAGG(JSON_ARRAY(id, w)) FROM ({}) AS f) \
-             AS fetched; ",
+            "SET {FETCHED} = (SELECT JSON_ARRAYAGG(JSON_ARRAY(id, w)) FROM ({}) AS f); ",
             selects.join(" UNION ALL ")
         ));
     }
@@ -69,7 +65,12 @@ pub fn fetch(table: &str, wants: &[(String, u64)], ends: &[(u64, &Outcome)], now
         sql.push_str(&done_rows(table, ends, now));
         sql.push_str("; ");
     }
-    sql.push_str("COMMIT");
+    // The rows before the COMMIT: if reading them failed, nothing would be committed
+    // that the worker does not know it took.
+    sql.push_str(&format!(
+        "SELECT fid AS id, w FROM JSON_TABLE({FETCHED}, '$[*]' \
+         COLUMNS (fid BIGINT PATH '$[0]', w BIGINT PATH '$[1]')) AS f; COMMIT"
+    ));
     sql
 }
 
@@ -136,8 +137,8 @@ mod tests {
         );
         assert!(at("target=_utf8mb4 X'61' ORDER BY id LIMIT 2 FOR UPDATE SKIP LOCKED") > 0);
         assert!(at("status='accepted'") < at("status='running'"));
-        assert!(at("AS fetched") < at("status='accepted'"));
-        assert!(sql.ends_with("time_started=9; COMMIT"));
+        assert!(at("time_started=9") < at("SELECT fid AS id, w"));
+        assert!(sql.ends_with("; COMMIT"));
         assert!(!sql.contains("status='done'"), "no ends, no done UPDATE");
     }
 

@@ -184,14 +184,17 @@ impl Store {
             let sql = sqltext::fetch(&self.table, wants, ends, now());
             let rows = conn.conn().fetch_all(sql.as_str()).await?;
             conn.keep();
-            let mut claimed = Vec::new();
+            let mut claimed = Vec::with_capacity(rows.len());
             for row in rows {
-                for (id, want) in fetched_pairs(&row)? {
-                    if let Some((target, _)) = wants.get(want) {
-                        let target = target.clone();
-                        claimed.push(Claimed { id, target });
-                    }
-                }
+                let want: i64 = row.try_get("w")?;
+                let Some((target, _)) = usize::try_from(want).ok().and_then(|i| wants.get(i))
+                else {
+                    continue;
+                };
+                claimed.push(Claimed {
+                    id: row_id(&row)?,
+                    target: target.clone(),
+                });
             }
             claimed.sort_by_key(|c| c.id);
             Ok(claimed)
@@ -456,19 +459,6 @@ impl Store {
         self.writer.close().await;
         self.fetcher.close().await;
         self.pool.close().await;
-    }
-}
-
-/// The rows a fetch took, from its `fetched` column (see [`sqltext::fetch`]): `[id, w]`
-/// pairs, `NULL` when it took none. MariaDB returns a user variable's text as binary.
-fn fetched_pairs(row: &sqlx::mysql::MySqlRow) -> Result<Vec<(u64, usize)>, sqlx::Error> {
-    let json: Option<Vec<u8>> = match row.try_get::<Option<String>, _>("fetched") {
-        Ok(text) => text.map(String::into_bytes),
-        Err(_) => row.try_get("fetched")?,
-    };
-    match json {
-        None => Ok(Vec::new()),
-        Some(json) => serde_json::from_slice(&json).map_err(|e| sqlx::Error::Decode(e.into())),
     }
 }
 
