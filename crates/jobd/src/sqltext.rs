@@ -17,60 +17,21 @@ pub fn string_literal(s: &str) -> String {
     format!("_utf8mb4 X'{hex}'")
 }
 
-/// The session variable a fetch keeps the rows it took in, between its statements: a JSON
-/// array of `[id, w]` pairs, `w` being the index of the row's target in `wants`.
-const FETCHED: &str = "@jobyard_fetched";
-
-/// A whole fetch as one text batch, one round trip: `BEGIN`; every wanted target's
-/// `SELECT … FOR UPDATE SKIP LOCKED` (the rows it locks recorded in a session variable,
-/// since the ids are not known before); the `accepted` and then the `running` UPDATE of
-/// those rows (jobd's order, reference §3) by joining the variable as a table (each row
-/// found by its primary key); the `done` rows of `ends`; the rows taken, as `id` and `w`
-/// (the index of the row's target in `wants`); `COMMIT`.
-///
-/// Two round trips before (the SELECTs, then the UPDATEs with the ids they returned):
-/// this is on the path from a poke to the launch, and each round trip is also a wake-up
-/// of a MariaDB thread.
-pub fn fetch(table: &str, wants: &[(String, u64)], ends: &[(u64, &Outcome)], now: i64) -> String {
-    let selects: Vec<String> = wants
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, limit))| *limit > 0)
-        .map(|(i, (target, limit))| {
-            format!(
-                "(SELECT id, {i} AS w FROM {table} WHERE status='waiting' AND target={} \
-                 ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED)",
-                string_literal(target)
-            )
-        })
-        .collect();
-    let mut sql = String::from("BEGIN; ");
-    if selects.is_empty() {
-        sql.push_str(&format!("SET {FETCHED} = NULL; "));
-    } else {
+/// `BEGIN` and one `SELECT … FOR UPDATE SKIP LOCKED` per wanted target, as one text batch
+/// (one round trip instead of one for `BEGIN` and one per target). Each row carries the
+/// index of its target in `wants` as `w`.
+pub fn select_waiting(table: &str, wants: &[(String, u64)]) -> String {
+    let mut sql = String::from("BEGIN");
+    for (i, (target, limit)) in wants.iter().enumerate() {
+        if *limit == 0 {
+            continue;
+        }
         sql.push_str(&format!(
-            "SET {FETCHED} = (SELECT JSON_ARRAYAGG(JSON_ARRAY(id, w)) FROM ({}) AS f); ",
-            selects.join(" UNION ALL ")
+            "; SELECT id, {i} AS w FROM {table} WHERE status='waiting' AND target={} \
+             ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            string_literal(target)
         ));
     }
-    let taken = format!(
-        "{table} JOIN JSON_TABLE({FETCHED}, '$[*]' COLUMNS (fid BIGINT PATH '$[0]')) AS f \
-         ON {table}.id = f.fid"
-    );
-    sql.push_str(&format!(
-        "UPDATE {taken} SET {table}.status='accepted'; \
-         UPDATE {taken} SET {table}.status='running', {table}.result='ok', {table}.time_started={now}; "
-    ));
-    if !ends.is_empty() {
-        sql.push_str(&done_rows(table, ends, now));
-        sql.push_str("; ");
-    }
-    // The rows before the COMMIT: if reading them failed, nothing would be committed
-    // that the worker does not know it took.
-    sql.push_str(&format!(
-        "SELECT fid AS id, w FROM JSON_TABLE({FETCHED}, '$[*]' \
-         COLUMNS (fid BIGINT PATH '$[0]', w BIGINT PATH '$[1]')) AS f; COMMIT"
-    ));
     sql
 }
 
@@ -112,34 +73,6 @@ mod tests {
     fn strings_become_hex_literals() {
         assert_eq!(string_literal(""), "''");
         assert_eq!(string_literal("a'"), "_utf8mb4 X'6127'");
-    }
-
-    #[test]
-    fn a_fetch_locks_then_writes_in_jobds_order_and_reads_back_before_committing() {
-        let sql = fetch(
-            "`jobs`",
-            &[("a".into(), 2), ("b".into(), 0), ("c".into(), 1)],
-            &[],
-            9,
-        );
-        let at = |needle: &str| {
-            sql.find(needle)
-                .unwrap_or_else(|| panic!("{needle} in {sql}"))
-        };
-        assert!(sql.starts_with("BEGIN; "));
-        assert!(
-            at("0 AS w") < at("2 AS w"),
-            "one SELECT per target with free slots"
-        );
-        assert!(
-            !sql.contains("1 AS w"),
-            "no SELECT for a target without free slots"
-        );
-        assert!(at("target=_utf8mb4 X'61' ORDER BY id LIMIT 2 FOR UPDATE SKIP LOCKED") > 0);
-        assert!(at("status='accepted'") < at("status='running'"));
-        assert!(at("time_started=9") < at("SELECT fid AS id, w"));
-        assert!(sql.ends_with("; COMMIT"));
-        assert!(!sql.contains("status='done'"), "no ends, no done UPDATE");
     }
 
     #[test]

@@ -38,30 +38,21 @@ pub struct Store {
     metrics: Option<JobdMetrics>,
 }
 
-/// The fetch connection while a fetch uses it: dropped unless the fetch got its whole
-/// answer, so a fetch cancelled or failed half-way never leaves its transaction (and the
-/// row locks it holds) open on the connection the next fetch would use; the server rolls
-/// back when it sees the connection close.
-struct FetchConn(Option<Held>);
-
-impl FetchConn {
-    fn conn(&mut self) -> &mut sqlx::MySqlConnection {
-        self.0
-            .as_mut()
-            .expect("FetchConn holds its connection until kept")
-            .conn()
-    }
-
-    /// The fetch is complete: the connection is clean, keep it for the next one.
-    fn keep(mut self) {
-        self.0.take();
-    }
+/// A fetch between its two round trips (see [`Store::open_fetch`]): the rows it took are
+/// locked on its connection, not yet written.
+pub struct OpenFetch {
+    /// `None` once [`Store::commit_fetch`] has taken it.
+    conn: Option<Held>,
+    claimed: Vec<Claimed>,
 }
 
-impl Drop for FetchConn {
+impl Drop for OpenFetch {
+    /// A fetch dropped before its commit (a cancelled task) must not leave its transaction,
+    /// and the row locks it holds, open on the connection the next fetch uses: drop the
+    /// connection instead (the server rolls back).
     fn drop(&mut self) {
-        if let Some(held) = self.0.take() {
-            held.discard();
+        if let Some(conn) = self.conn.take() {
+            conn.discard();
         }
     }
 }
@@ -157,47 +148,103 @@ impl Store {
         }
     }
 
-    /// A fetch: takes up to `limit` `waiting` rows of each target, oldest id first,
-    /// skipping rows another worker has locked (`FOR UPDATE SKIP LOCKED`), writes them
-    /// `accepted` and then `running, result='ok', time_started` (jobd's order) and the
-    /// `done` rows of `ends` (jobs that ended meanwhile), and commits: one transaction, one
-    /// commit, and one round trip whatever the number of targets (see
-    /// [`sqltext::fetch`]). Rows are fetched only for free slots and each starts at once,
-    /// so writing `running` in the fetch's commit halves the fsyncs before a job can
-    /// start, and the ends share that commit instead of needing their own. It is on the
-    /// path from a poke to the launch, so it runs on a connection of its own, not the
-    /// pool's (whose ping on hand-out would be a second round trip; see [`Dedicated`]).
-    /// One fetch at a time: a second waits for the first.
-    ///
-    /// Returns the rows taken, now `running`, by id. On an error nothing is written (the
-    /// connection is dropped, which rolls back): the caller writes `ends` another way.
+    /// Opens a fetch: takes up to `limit` `waiting` rows of each target, oldest id first,
+    /// skipping rows another worker has locked, and holds them locked (`FOR UPDATE`) until
+    /// [`Store::commit_fetch`]. One round trip whatever the number of targets: `BEGIN` with
+    /// every target's `SELECT … FOR UPDATE SKIP LOCKED` as one text batch. It is on the
+    /// path from a poke to the launch, so every round trip saved there shortens it; for
+    /// the same reason it runs on a connection of its own, not the pool's (whose ping on
+    /// hand-out would be a third round trip; see [`Dedicated`]). One fetch at a time: a
+    /// second waits until the first is committed or dropped.
     ///
     /// (Boxed: the text-protocol executor's lifetimes are too general for the compiler to
     /// see the future is `Send` from a spawned task; boxing settles them here.)
-    pub fn fetch<'a>(
+    pub fn open_fetch<'a>(
         &'a self,
         wants: &'a [(String, u64)],
+    ) -> Pin<Box<dyn Future<Output = Result<OpenFetch, sqlx::Error>> + Send + 'a>> {
+        Box::pin(async move {
+            let mut conn = self.fetcher.lock().await?;
+            match self.select_waiting(conn.conn(), wants).await {
+                Ok(claimed) => Ok(OpenFetch {
+                    conn: Some(conn),
+                    claimed,
+                }),
+                Err(e) => {
+                    // The transaction may still be open on this connection: drop it
+                    // (the server rolls back) rather than use it again.
+                    conn.discard();
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    async fn select_waiting(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        wants: &[(String, u64)],
+    ) -> Result<Vec<Claimed>, sqlx::Error> {
+        let select = sqltext::select_waiting(&self.table, wants);
+        let rows = conn.fetch_all(select.as_str()).await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let want: i64 = row.try_get("w")?;
+            let Some((target, _)) = usize::try_from(want).ok().and_then(|i| wants.get(i)) else {
+                continue;
+            };
+            claimed.push(Claimed {
+                id: row_id(&row)?,
+                target: target.clone(),
+            });
+        }
+        claimed.sort_by_key(|c| c.id);
+        Ok(claimed)
+    }
+
+    /// Ends a fetch: the rows it took are written `accepted` and then `running,
+    /// result='ok', time_started` (jobd's order) in its transaction, since rows are fetched
+    /// only for free slots and each starts at once (one commit instead of two, which halves
+    /// the fsyncs before a job can start), and the `done` rows of `ends` (jobs that ended
+    /// meanwhile) are written in the same transaction, so they share its round trip and
+    /// its commit instead of needing their own. One round trip: the UPDATEs and the
+    /// `COMMIT` as one text batch (their id lists change every time: nothing to prepare).
+    /// Returns the rows taken, now `running`. On an error nothing is written (the
+    /// connection is closed, which rolls back): the caller writes `ends` another way.
+    pub fn commit_fetch<'a>(
+        &'a self,
+        open: OpenFetch,
         ends: &'a [(u64, &'a Outcome)],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
-            let mut conn = FetchConn(Some(self.fetcher.lock().await?));
-            let sql = sqltext::fetch(&self.table, wants, ends, now());
-            let rows = conn.conn().fetch_all(sql.as_str()).await?;
-            conn.keep();
-            let mut claimed = Vec::with_capacity(rows.len());
-            for row in rows {
-                let want: i64 = row.try_get("w")?;
-                let Some((target, _)) = usize::try_from(want).ok().and_then(|i| wants.get(i))
-                else {
-                    continue;
-                };
-                claimed.push(Claimed {
-                    id: row_id(&row)?,
-                    target: target.clone(),
-                });
+            let mut open = open;
+            let claimed = std::mem::take(&mut open.claimed);
+            let Some(mut conn) = open.conn.take() else {
+                return Err(sqlx::Error::PoolClosed);
+            };
+            let mut sql = String::new();
+            if !claimed.is_empty() {
+                let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+                let ids = id_list(&ids);
+                sql.push_str(&format!(
+                    "UPDATE {t} SET status='accepted' WHERE id IN ({ids}); \
+                     UPDATE {t} SET status='running', result='ok', time_started={now} WHERE id IN ({ids}); ",
+                    t = self.table,
+                    now = now()
+                ));
             }
-            claimed.sort_by_key(|c| c.id);
-            Ok(claimed)
+            if !ends.is_empty() {
+                sql.push_str(&sqltext::done_rows(&self.table, ends, now()));
+                sql.push_str("; ");
+            }
+            sql.push_str("COMMIT");
+            match conn.conn().execute(sql.as_str()).await {
+                Ok(_) => Ok(claimed),
+                Err(e) => {
+                    conn.discard();
+                    Err(e)
+                }
+            }
         })
     }
 

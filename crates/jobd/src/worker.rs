@@ -642,14 +642,21 @@ impl Worker {
         self.write_apart(left);
     }
 
-    /// Runs one fetch, with the ends of jobs that came since the previous fetch took its
-    /// own (see [`Carry`]). Those ends are acknowledged once committed, or handed to the
-    /// done writer if the fetch failed. Also says whether any end rode on it.
+    /// Runs one fetch: opens it, then commits it with the ends of jobs that came since the
+    /// previous fetch took its own (see [`Carry`]). Those ends are acknowledged once
+    /// committed, or handed to the done writer if the fetch failed. Also says whether any
+    /// end rode on it.
     async fn claim(&self, wants: &[(String, u64)]) -> (Result<Vec<Claimed>, sqlx::Error>, bool) {
+        let opened = self.inner.store.open_fetch(wants).await;
         let carried = self.inner.state.lock().unwrap().carry.take();
-        let ends: Vec<(u64, &Outcome)> = carried.iter().map(|c| (c.id, &c.outcome)).collect();
-        let result = self.inner.store.fetch(wants, &ends).await;
-        drop(ends);
+        let result = match opened {
+            Ok(open) => {
+                let ends: Vec<(u64, &Outcome)> =
+                    carried.iter().map(|c| (c.id, &c.outcome)).collect();
+                self.inner.store.commit_fetch(open, &ends).await
+            }
+            Err(e) => Err(e),
+        };
         let any = !carried.is_empty();
         if result.is_ok() {
             carried.into_iter().for_each(Carried::stored);

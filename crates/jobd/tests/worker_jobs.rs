@@ -840,8 +840,10 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
         stderr: "killed".into(),
     };
     let wants = [("t1".to_string(), 5)];
+    let open = store.open_fetch(&wants).await.unwrap();
+    assert_eq!(db.row(waiting).await.unwrap().status, "waiting");
     let ends = [(ended[0], &ok), (ended[1], &killed)];
-    let claimed = store.fetch(&wants, &ends).await.unwrap();
+    let claimed = store.commit_fetch(open, &ends).await.unwrap();
 
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [waiting]);
     assert_eq!(db.row(waiting).await.unwrap().status, "running");
@@ -871,26 +873,24 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
         stdout: "\u{1F600}".into(),
         stderr: String::new(),
     };
+    let open = store.open_fetch(&wants).await.unwrap();
     let ends = [(other, &ok), (ended[0], &emoji)];
-    assert!(store.fetch(&wants, &ends).await.is_err());
+    assert!(store.commit_fetch(open, &ends).await.is_err());
     assert_eq!(db.row(next).await.unwrap().status, "waiting");
     assert_eq!(db.row(other).await.unwrap().status, "running");
     store.close().await;
 }
 
 #[tokio::test]
-async fn a_failed_fetch_leaves_no_row_locked() {
-    // Fetches run on a connection of their own, kept between fetches, and a fetch is one
-    // batch (BEGIN … COMMIT). One that fails half-way (here: a carried end the column
-    // refuses, after the SELECT locked the waiting row) must not leave its transaction
-    // open there: the row it locked would be skipped (SKIP LOCKED) by every other worker
-    // until this one fetched again.
+async fn a_fetch_dropped_before_its_commit_leaves_no_row_locked() {
+    // Fetches run on a connection of their own, kept between fetches. A fetch dropped
+    // between its two round trips (a cancelled task) must not leave its transaction open
+    // there: the rows it locked would be skipped (SKIP LOCKED) by every other worker until
+    // this one fetched again.
     use jobyard_jobd::config::MysqlConfig;
-    use jobyard_jobd::launcher::Outcome;
     use jobyard_jobd::store::Store;
 
     let db = test_db().await;
-    let ended = db.insert("t1", "running").await;
     let row = db.insert("t1", "waiting").await;
     let store = |db: &TestDb| {
         Store::connect(
@@ -906,19 +906,15 @@ async fn a_failed_fetch_leaves_no_row_locked() {
         )
     };
     let (mine, other) = (store(&db), store(&db));
-    let emoji = Outcome {
-        code: Some(0),
-        signal: None,
-        stdout: "\u{1F600}".into(),
-        stderr: String::new(),
-    };
     let wants = [("t1".to_string(), 1)];
-    assert!(mine.fetch(&wants, &[(ended, &emoji)]).await.is_err());
+    let open = mine.open_fetch(&wants).await.unwrap();
+    drop(open);
     // The server rolls back when it sees the connection close, a moment later: look again
     // until then (for ever, were the transaction left open).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let claimed = loop {
-        let claimed = other.fetch(&wants, &[]).await.unwrap();
+        let open = other.open_fetch(&wants).await.unwrap();
+        let claimed = other.commit_fetch(open, &[]).await.unwrap();
         if !claimed.is_empty() || std::time::Instant::now() > deadline {
             break claimed;
         }
@@ -926,7 +922,6 @@ async fn a_failed_fetch_leaves_no_row_locked() {
     };
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
     assert_eq!(db.row(row).await.unwrap().status, "running");
-    assert_eq!(db.row(ended).await.unwrap().status, "running");
     mine.close().await;
     other.close().await;
 }
