@@ -927,6 +927,56 @@ async fn a_fetch_dropped_before_its_commit_leaves_no_row_locked() {
 }
 
 #[tokio::test]
+async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
+    // The same, for a fetch that fails in its second round trip (here: a carried end the
+    // column refuses, after the SELECT locked the waiting row and the UPDATEs wrote it):
+    // its transaction must not stay open on the fetch connection.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let ended = db.insert("t1", "running").await;
+    let row = db.insert("t1", "waiting").await;
+    let store = |db: &TestDb| {
+        Store::connect(
+            &MysqlConfig {
+                host: "127.0.0.1".into(),
+                port: db.port,
+                user: "root".into(),
+                password: String::new(),
+                database: db.name.clone(),
+                table: "jobs".into(),
+            },
+            2,
+        )
+    };
+    let (mine, other) = (store(&db), store(&db));
+    let emoji = Outcome {
+        code: Some(0),
+        signal: None,
+        stdout: "\u{1F600}".into(),
+        stderr: String::new(),
+    };
+    let wants = [("t1".to_string(), 1)];
+    let open = mine.open_fetch(&wants).await.unwrap();
+    assert!(mine.commit_fetch(open, &[(ended, &emoji)]).await.is_err());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        let open = other.open_fetch(&wants).await.unwrap();
+        let claimed = other.commit_fetch(open, &[]).await.unwrap();
+        if !claimed.is_empty() || std::time::Instant::now() > deadline {
+            break claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
+    assert_eq!(db.row(ended).await.unwrap().status, "running");
+    mine.close().await;
+    other.close().await;
+}
+
+#[tokio::test]
 async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
     // A job that ends while another runs has its end written in the commit of the fetch
     // that refills its slot. If the column refuses it (4-byte output in a 3-byte utf8
