@@ -977,6 +977,40 @@ async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
 }
 
 #[tokio::test]
+async fn a_kept_connection_the_server_closed_while_idle_is_replaced_before_use() {
+    // Fetches and done writes keep a connection of their own, without the pool's ping
+    // on every use. One left idle may have been closed by the server meanwhile
+    // (`wait_timeout`, a restart): it is checked before its next use after an idle spell
+    // and replaced, rather than failing the fetch that uses it.
+    use jobyard_jobd::dedicated::Dedicated;
+    use sqlx::mysql::MySqlConnectOptions;
+
+    let db = test_db().await;
+    let opts = MySqlConnectOptions::new()
+        .host("127.0.0.1")
+        .port(db.port)
+        .username("root")
+        .database(&db.name);
+    let kept = Dedicated::new(opts).with_idle_check(Duration::ZERO);
+    let id: u64 = {
+        let mut held = kept.lock().await.unwrap();
+        sqlx::query_scalar("SELECT CONNECTION_ID()")
+            .fetch_one(held.conn())
+            .await
+            .unwrap()
+    };
+    db.exec(&format!("KILL CONNECTION {id}")).await;
+    let mut held = kept.lock().await.unwrap();
+    let now: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(held.conn())
+        .await
+        .unwrap();
+    assert_ne!(now, id, "a new connection");
+    drop(held);
+    kept.close().await;
+}
+
+#[tokio::test]
 async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
     // A job that ends while another runs has its end written in the commit of the fetch
     // that refills its slot. If the column refuses it (4-byte output in a 3-byte utf8
