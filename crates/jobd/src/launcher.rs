@@ -11,7 +11,9 @@
 //! start jobs from long-lived runtime threads (the daemons here use one thread; tokio's
 //! worker threads also live as long as their runtime, its blocking-pool threads do not).
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -80,9 +82,14 @@ pub struct Running {
     child: Child,
     /// The process group to signal.
     pub pgid: i32,
-    out: tokio::task::JoinHandle<Vec<u8>>,
-    err: tokio::task::JoinHandle<Vec<u8>>,
+    /// Reading stdout and stderr: polled by [`Running::wait`] on the job's own task, not
+    /// as tasks of their own (two task spawns and their wake-ups per launch).
+    out: Reader,
+    err: Reader,
 }
+
+/// One pipe being read, up to the cap.
+type Reader = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 
 /// How the job's process is waited for: its pidfd (started by [`crate::spawn`]), or
 /// tokio's child handle (the fork fallback on kernels without `CLONE_PIDFD`).
@@ -105,8 +112,8 @@ pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
             return Ok(Running {
                 child: Child::Pidfd(pidfd),
                 pgid: pid,
-                out: tokio::spawn(read_capped(pipe(out), cap)),
-                err: tokio::spawn(read_capped(pipe(err), cap)),
+                out: Box::pin(read_capped(pipe(out), cap)),
+                err: Box::pin(read_capped(pipe(err), cap)),
             });
         }
         Err(crate::spawn::SpawnError::Failed(e)) => {
@@ -148,13 +155,16 @@ pub fn start(spec: &LaunchSpec, id: u64) -> Result<Running, String> {
     Ok(Running {
         child: Child::Tokio(child),
         pgid,
-        out: tokio::spawn(read_capped(stdout, cap)),
-        err: tokio::spawn(read_capped(stderr, cap)),
+        out: Box::pin(read_capped(stdout, cap)),
+        err: Box::pin(read_capped(stderr, cap)),
     })
 }
 
 impl Running {
-    /// Waits for the end of the job and collects its output.
+    /// Waits for the end of the job and collects its output: the pipes are read while
+    /// the process runs (so a chatty job never blocks on a full pipe), then for at most
+    /// [`PIPE_GRACE`] after its exit; a pipe still open then (a grandchild holds it) gives
+    /// no output, as before.
     pub async fn wait(self) -> Outcome {
         use std::os::unix::process::ExitStatusExt;
         let Running {
@@ -163,14 +173,31 @@ impl Running {
             mut err,
             ..
         } = self;
-        let status = match child {
-            Child::Tokio(mut c) => c.wait().await.map(|st| (st.code(), st.signal())),
-            Child::Pidfd(fd) => crate::spawn::Spawned::wait(fd).await,
+        let exited = async move {
+            match child {
+                Child::Tokio(mut c) => c.wait().await.map(|st| (st.code(), st.signal())),
+                Child::Pidfd(fd) => crate::spawn::Spawned::wait(fd).await,
+            }
+        };
+        tokio::pin!(exited);
+        let (mut stdout, mut stderr) = (None, None);
+        let status = loop {
+            tokio::select! {
+                st = &mut exited => break st,
+                o = &mut out, if stdout.is_none() => stdout = Some(o),
+                e = &mut err, if stderr.is_none() => stderr = Some(e),
+            }
         };
         let grace = tokio::time::sleep(PIPE_GRACE);
         tokio::pin!(grace);
-        let stdout = collect(&mut out, &mut grace).await;
-        let stderr = collect(&mut err, &mut grace).await;
+        while stdout.is_none() || stderr.is_none() {
+            tokio::select! {
+                o = &mut out, if stdout.is_none() => stdout = Some(o),
+                e = &mut err, if stderr.is_none() => stderr = Some(e),
+                _ = &mut grace => break,
+            }
+        }
+        let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
         match status {
             Ok((code, signal)) => Outcome {
                 code,
@@ -182,21 +209,6 @@ impl Running {
         }
     }
 }
-
-async fn collect(
-    task: &mut tokio::task::JoinHandle<Vec<u8>>,
-    grace: &mut Pin<&mut tokio::time::Sleep>,
-) -> Vec<u8> {
-    tokio::select! {
-        r = &mut *task => r.unwrap_or_default(),
-        _ = grace.as_mut() => {
-            task.abort();
-            Vec::new()
-        }
-    }
-}
-
-use std::pin::Pin;
 
 async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>, cap: usize) -> Vec<u8> {
     let Some(mut pipe) = pipe else {
@@ -289,6 +301,53 @@ mod tests {
             argv("php  x.php {id} --id={id}", 7),
             vec!["php", "x.php", "7", "--id=7"]
         );
+    }
+
+    fn script(dir: &std::path::Path, body: &str) -> LaunchSpec {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("job.sh");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        LaunchSpec {
+            template: path.display().to_string(),
+            cwd: None,
+            env: Vec::new(),
+            max_output: 1 << 20,
+        }
+    }
+
+    #[tokio::test]
+    async fn output_larger_than_a_pipe_is_read_while_the_job_runs() {
+        // 256 KiB on each stream is more than a pipe holds: unless both are read while
+        // the job runs, it blocks writing and never exits.
+        let dir = tempfile::tempdir().unwrap();
+        let spec = script(
+            dir.path(),
+            "head -c 262144 /dev/zero | tr '\\0' a; head -c 262144 /dev/zero | tr '\\0' b >&2",
+        );
+        let o = start(&spec, 1).unwrap().wait().await;
+        assert_eq!(o.code, Some(0));
+        assert_eq!(o.stdout.len(), 262144);
+        assert!(o.stdout.bytes().all(|b| b == b'a'));
+        assert_eq!(o.stderr.len(), 262144);
+        assert!(o.stderr.bytes().all(|b| b == b'b'));
+    }
+
+    #[tokio::test]
+    async fn a_grandchild_holding_a_pipe_does_not_hold_the_job() {
+        // The launcher exits at once, leaving a background process with its stdout open:
+        // the job ends PIPE_GRACE after the exit, not when the grandchild does (an hour);
+        // the stream that did close (stderr) keeps its output.
+        let dir = tempfile::tempdir().unwrap();
+        let spec = script(dir.path(), "echo err >&2; exec 2>&-; sleep 3600 &");
+        let running = start(&spec, 1).unwrap();
+        let pgid = running.pgid;
+        let o = tokio::time::timeout(Duration::from_secs(60), running.wait())
+            .await
+            .expect("the job ended without waiting for its grandchild");
+        signal_group(pgid, libc::SIGKILL);
+        assert_eq!(o.code, Some(0));
+        assert_eq!(o.stderr, "err\n");
     }
 
     #[test]

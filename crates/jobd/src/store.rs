@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::pool::PoolConnection;
-use sqlx::{Executor, MySql, Row};
+use sqlx::{Executor, Row};
 
 use crate::config::MysqlConfig;
-use crate::dedicated::Dedicated;
+use crate::dedicated::{Dedicated, Held};
 use crate::launcher::{signal_name, Outcome};
 use crate::metrics::JobdMetrics;
 use crate::sqltext;
@@ -33,6 +32,8 @@ pub struct Store {
     pool: MySqlPool,
     /// The final writes' connection (one writer task).
     writer: Arc<Dedicated>,
+    /// The fetches' connection (the worker runs one fetch at a time).
+    fetcher: Arc<Dedicated>,
     table: String,
     metrics: Option<JobdMetrics>,
 }
@@ -40,8 +41,20 @@ pub struct Store {
 /// A fetch between its two round trips (see [`Store::open_fetch`]): the rows it took are
 /// locked on its connection, not yet written.
 pub struct OpenFetch {
-    conn: PoolConnection<MySql>,
+    /// `None` once [`Store::commit_fetch`] has taken it.
+    conn: Option<Held>,
     claimed: Vec<Claimed>,
+}
+
+impl Drop for OpenFetch {
+    /// A fetch dropped before its commit (a cancelled task) must not leave its transaction,
+    /// and the row locks it holds, open on the connection the next fetch uses: drop the
+    /// connection instead (the server rolls back).
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.discard();
+        }
+    }
 }
 
 /// A row a worker took for one of its targets.
@@ -111,7 +124,8 @@ impl Store {
             .connect_lazy_with(opts.clone());
         Store {
             pool,
-            writer: Arc::new(Dedicated::new(opts)),
+            writer: Arc::new(Dedicated::new(opts.clone())),
+            fetcher: Arc::new(Dedicated::new(opts)),
             table: format!("`{}`", cfg.table.replace('`', "``")),
             metrics: None,
         }
@@ -138,7 +152,10 @@ impl Store {
     /// skipping rows another worker has locked, and holds them locked (`FOR UPDATE`) until
     /// [`Store::commit_fetch`]. One round trip whatever the number of targets: `BEGIN` with
     /// every target's `SELECT … FOR UPDATE SKIP LOCKED` as one text batch. It is on the
-    /// path from a poke to the launch, so every round trip saved there shortens it.
+    /// path from a poke to the launch, so every round trip saved there shortens it; for
+    /// the same reason it runs on a connection of its own, not the pool's (whose ping on
+    /// hand-out would be a third round trip; see [`Dedicated`]). One fetch at a time: a
+    /// second waits until the first is committed or dropped.
     ///
     /// (Boxed: the text-protocol executor's lifetimes are too general for the compiler to
     /// see the future is `Send` from a spawned task; boxing settles them here.)
@@ -147,13 +164,16 @@ impl Store {
         wants: &'a [(String, u64)],
     ) -> Pin<Box<dyn Future<Output = Result<OpenFetch, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
-            let mut conn = self.pool.acquire().await?;
-            match self.select_waiting(&mut conn, wants).await {
-                Ok(claimed) => Ok(OpenFetch { conn, claimed }),
+            let mut conn = self.fetcher.lock().await?;
+            match self.select_waiting(conn.conn(), wants).await {
+                Ok(claimed) => Ok(OpenFetch {
+                    conn: Some(conn),
+                    claimed,
+                }),
                 Err(e) => {
-                    // The transaction may still be open on this connection: close it
-                    // (which rolls back) rather than hand it back to the pool.
-                    let _ = conn.close().await;
+                    // The transaction may still be open on this connection: drop it
+                    // (the server rolls back) rather than use it again.
+                    conn.discard();
                     Err(e)
                 }
             }
@@ -197,7 +217,11 @@ impl Store {
         ends: &'a [(u64, &'a Outcome)],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Claimed>, sqlx::Error>> + Send + 'a>> {
         Box::pin(async move {
-            let OpenFetch { mut conn, claimed } = open;
+            let mut open = open;
+            let claimed = std::mem::take(&mut open.claimed);
+            let Some(mut conn) = open.conn.take() else {
+                return Err(sqlx::Error::PoolClosed);
+            };
             let mut sql = String::new();
             if !claimed.is_empty() {
                 let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
@@ -214,10 +238,10 @@ impl Store {
                 sql.push_str("; ");
             }
             sql.push_str("COMMIT");
-            match conn.execute(sql.as_str()).await {
+            match conn.conn().execute(sql.as_str()).await {
                 Ok(_) => Ok(claimed),
                 Err(e) => {
-                    let _ = conn.close().await;
+                    conn.discard();
                     Err(e)
                 }
             }
@@ -477,9 +501,10 @@ impl Store {
         Ok((released, failed))
     }
 
-    /// Closes the pool and the write connection.
+    /// Closes the pool, the write connection and the fetch connection.
     pub async fn close(&self) {
         self.writer.close().await;
+        self.fetcher.close().await;
         self.pool.close().await;
     }
 }

@@ -882,6 +882,135 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
 }
 
 #[tokio::test]
+async fn a_fetch_dropped_before_its_commit_leaves_no_row_locked() {
+    // Fetches run on a connection of their own, kept between fetches. A fetch dropped
+    // between its two round trips (a cancelled task) must not leave its transaction open
+    // there: the rows it locked would be skipped (SKIP LOCKED) by every other worker until
+    // this one fetched again.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let row = db.insert("t1", "waiting").await;
+    let store = |db: &TestDb| {
+        Store::connect(
+            &MysqlConfig {
+                host: "127.0.0.1".into(),
+                port: db.port,
+                user: "root".into(),
+                password: String::new(),
+                database: db.name.clone(),
+                table: "jobs".into(),
+            },
+            2,
+        )
+    };
+    let (mine, other) = (store(&db), store(&db));
+    let wants = [("t1".to_string(), 1)];
+    let open = mine.open_fetch(&wants).await.unwrap();
+    drop(open);
+    // The server rolls back when it sees the connection close, a moment later: look again
+    // until then (for ever, were the transaction left open).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        let open = other.open_fetch(&wants).await.unwrap();
+        let claimed = other.commit_fetch(open, &[]).await.unwrap();
+        if !claimed.is_empty() || std::time::Instant::now() > deadline {
+            break claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
+    assert_eq!(db.row(row).await.unwrap().status, "running");
+    mine.close().await;
+    other.close().await;
+}
+
+#[tokio::test]
+async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
+    // The same, for a fetch that fails in its second round trip (here: a carried end the
+    // column refuses, after the SELECT locked the waiting row and the UPDATEs wrote it):
+    // its transaction must not stay open on the fetch connection.
+    use jobyard_jobd::config::MysqlConfig;
+    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::store::Store;
+
+    let db = test_db().await;
+    let ended = db.insert("t1", "running").await;
+    let row = db.insert("t1", "waiting").await;
+    let store = |db: &TestDb| {
+        Store::connect(
+            &MysqlConfig {
+                host: "127.0.0.1".into(),
+                port: db.port,
+                user: "root".into(),
+                password: String::new(),
+                database: db.name.clone(),
+                table: "jobs".into(),
+            },
+            2,
+        )
+    };
+    let (mine, other) = (store(&db), store(&db));
+    let emoji = Outcome {
+        code: Some(0),
+        signal: None,
+        stdout: "\u{1F600}".into(),
+        stderr: String::new(),
+    };
+    let wants = [("t1".to_string(), 1)];
+    let open = mine.open_fetch(&wants).await.unwrap();
+    assert!(mine.commit_fetch(open, &[(ended, &emoji)]).await.is_err());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        let open = other.open_fetch(&wants).await.unwrap();
+        let claimed = other.commit_fetch(open, &[]).await.unwrap();
+        if !claimed.is_empty() || std::time::Instant::now() > deadline {
+            break claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
+    assert_eq!(db.row(ended).await.unwrap().status, "running");
+    mine.close().await;
+    other.close().await;
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_server_closed_while_idle_is_replaced_before_use() {
+    // Fetches and done writes keep a connection of their own, without the pool's ping
+    // on every use. One left idle may have been closed by the server meanwhile
+    // (`wait_timeout`, a restart): it is checked before its next use after an idle spell
+    // and replaced, rather than failing the fetch that uses it.
+    use jobyard_jobd::dedicated::Dedicated;
+    use sqlx::mysql::MySqlConnectOptions;
+
+    let db = test_db().await;
+    let opts = MySqlConnectOptions::new()
+        .host("127.0.0.1")
+        .port(db.port)
+        .username("root")
+        .database(&db.name);
+    let kept = Dedicated::new(opts).with_idle_check(Duration::ZERO);
+    let id: u64 = {
+        let mut held = kept.lock().await.unwrap();
+        sqlx::query_scalar("SELECT CONNECTION_ID()")
+            .fetch_one(held.conn())
+            .await
+            .unwrap()
+    };
+    db.exec(&format!("KILL CONNECTION {id}")).await;
+    let mut held = kept.lock().await.unwrap();
+    let now: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(held.conn())
+        .await
+        .unwrap();
+    assert_ne!(now, id, "a new connection");
+    drop(held);
+    kept.close().await;
+}
+
+#[tokio::test]
 async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
     // A job that ends while another runs has its end written in the commit of the fetch
     // that refills its slot. If the column refuses it (4-byte output in a 3-byte utf8
