@@ -303,13 +303,14 @@ mod tests {
         );
     }
 
+    /// A launcher running `body` through `/bin/sh`. The file is not executed itself: a
+    /// test launching in parallel may have forked while this one still had the file open
+    /// for writing, and exec of a file open for writing fails (ETXTBSY).
     fn script(dir: &std::path::Path, body: &str) -> LaunchSpec {
-        use std::os::unix::fs::PermissionsExt;
         let path = dir.join("job.sh");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&path, format!("{body}\n")).unwrap();
         LaunchSpec {
-            template: path.display().to_string(),
+            template: format!("/bin/sh {}", path.display()),
             cwd: None,
             env: Vec::new(),
             max_output: 1 << 20,
