@@ -169,6 +169,7 @@ impl Broker {
             broker: self,
             core: self.core.lock().unwrap_or_else(|e| e.into_inner()),
             lsn: 0,
+            dropped: Vec::new(),
         };
         // Bodies the log has written (or compaction moved) since the last turn: the
         // engine keeps their places instead. Done before anything reads a body, so a body
@@ -183,6 +184,7 @@ impl Broker {
                 if !located.written.is_empty() {
                     engine.bodies_written(located.written);
                 }
+                txn.dropped = txn.core.engine.take_dropped_bodies();
             }
         }
         txn
@@ -277,6 +279,9 @@ pub struct Txn<'a> {
     broker: &'a Broker,
     core: MutexGuard<'a, Core>,
     lsn: Lsn,
+    /// Bodies the engine let go of this turn: declared after `core`, so they are freed
+    /// after the lock is released, not while every other connection waits for it.
+    dropped: Vec<Box<[u8]>>,
 }
 
 impl Txn<'_> {

@@ -96,6 +96,9 @@ pub struct Engine {
     pub(crate) timing: crate::lease_timing::LeaseTiming,
     /// Written bodies still kept in memory (see [`crate::hot_bodies`]).
     pub(crate) hot: crate::hot_bodies::HotBodies,
+    /// Bodies replaced by their places in the log, not yet freed: the caller frees them
+    /// after it lets go of the engine's lock ([`Engine::take_dropped_bodies`]).
+    pub(crate) dropped: Vec<Box<[u8]>>,
 }
 
 impl Default for Engine {
@@ -131,6 +134,7 @@ impl Engine {
             flows: crate::flows::Flows::default(),
             timing: crate::lease_timing::LeaseTiming::default(),
             hot: Default::default(),
+            dropped: Vec::new(),
         }
     }
 

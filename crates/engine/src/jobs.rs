@@ -211,10 +211,19 @@ impl Engine {
         self.hot.len()
     }
 
+    /// Bodies whose jobs now name their places in the log instead. Freeing a turn's worth
+    /// of bodies takes time; a caller holding a lock others wait for frees them after it
+    /// lets go (otherwise they go with the next turn's).
+    pub fn take_dropped_bodies(&mut self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut self.dropped)
+    }
+
     fn drop_body(&mut self, id: JobId, at: LogRef) {
         if let Some(job) = self.jobs.get_mut(&id) {
             if job.durable && matches!(&job.body, Body::Mem(b) if b.len() == at.len() as usize) {
-                job.body = Body::Log(at);
+                if let Body::Mem(b) = std::mem::replace(&mut job.body, Body::Log(at)) {
+                    self.dropped.push(b);
+                }
             }
         }
     }

@@ -337,11 +337,21 @@ fn written_bodies_stay_in_memory_for_one_turn_within_the_budget_and_then_read_ba
         kept_in_memory(&e, &ids).iter().filter(|&&m| m).count(),
         kept
     );
+    // The dropped bodies wait for the caller to free them outside its lock.
+    let dropped = e.take_dropped_bodies();
+    assert_eq!(dropped.len(), ids.len() - kept);
+    assert_eq!(
+        &dropped[0][..],
+        &body_of(ids[0])[..],
+        "the oldest went first"
+    );
+    assert!(e.take_dropped_bodies().is_empty(), "handed over once");
     // The next turn that learns of newer bodies drops the ones kept, and keeps its own.
     let newer = put_jobs(&mut e, &log, q, 20);
     learn_places(&mut e, &log);
     assert!(kept_in_memory(&e, &ids).iter().all(|&m| !m));
     assert!(kept_in_memory(&e, &newer).iter().all(|&m| m));
+    assert_eq!(e.take_dropped_bodies().len(), kept);
     assert_bodies_read_back(&e, &log, &ids);
 }
 
