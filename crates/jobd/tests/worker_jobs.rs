@@ -684,9 +684,7 @@ async fn a_batched_done_write_stores_each_rows_own_end_and_skips_a_deleted_row()
     // The writer stores the ends of jobs that finish together with one UPDATE (a CASE per
     // column). Every row must get its own values, NULLs included, and a row the user
     // deleted meanwhile must neither fail the batch nor come back.
-    use jobyard_jobd::config::MysqlConfig;
     use jobyard_jobd::launcher::Outcome;
-    use jobyard_jobd::store::Store;
 
     let db = test_db().await;
     let ids: Vec<u64> = {
@@ -698,17 +696,7 @@ async fn a_batched_done_write_stores_each_rows_own_end_and_skips_a_deleted_row()
     };
     db.exec(&format!("DELETE FROM jobs WHERE id={}", ids[1]))
         .await;
-    let store = Store::connect(
-        &MysqlConfig {
-            host: "127.0.0.1".into(),
-            port: db.port,
-            user: "root".into(),
-            password: String::new(),
-            database: db.name.clone(),
-            table: "jobs".into(),
-        },
-        2,
-    );
+    let store = store_of(&db);
     let outcome = |code: Option<i32>, signal: Option<i32>, out: &str, err: &str| Outcome {
         code,
         signal,
@@ -806,9 +794,7 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
     // Jobs that end while a fetch is open are written `done` in that fetch's transaction.
     // Each row must get its own end, NULLs and quotes included, in the same commit that
     // marks the fetched rows `running`; a fetch that fails writes none of them.
-    use jobyard_jobd::config::MysqlConfig;
     use jobyard_jobd::launcher::Outcome;
-    use jobyard_jobd::store::Store;
 
     let db = test_db().await;
     let ended = [
@@ -816,17 +802,7 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
         db.insert("t1", "running").await,
     ];
     let waiting = db.insert("t1", "waiting").await;
-    let store = Store::connect(
-        &MysqlConfig {
-            host: "127.0.0.1".into(),
-            port: db.port,
-            user: "root".into(),
-            password: String::new(),
-            database: db.name.clone(),
-            table: "jobs".into(),
-        },
-        2,
-    );
+    let store = store_of(&db);
     let ok = Outcome {
         code: Some(0),
         signal: None,
@@ -887,39 +863,16 @@ async fn a_fetch_dropped_before_its_commit_leaves_no_row_locked() {
     // between its two round trips (a cancelled task) must not leave its transaction open
     // there: the rows it locked would be skipped (SKIP LOCKED) by every other worker until
     // this one fetched again.
-    use jobyard_jobd::config::MysqlConfig;
-    use jobyard_jobd::store::Store;
 
     let db = test_db().await;
     let row = db.insert("t1", "waiting").await;
-    let store = |db: &TestDb| {
-        Store::connect(
-            &MysqlConfig {
-                host: "127.0.0.1".into(),
-                port: db.port,
-                user: "root".into(),
-                password: String::new(),
-                database: db.name.clone(),
-                table: "jobs".into(),
-            },
-            2,
-        )
-    };
-    let (mine, other) = (store(&db), store(&db));
+    let (mine, other) = (store_of(&db), store_of(&db));
     let wants = [("t1".to_string(), 1)];
     let open = mine.open_fetch(&wants).await.unwrap();
     drop(open);
     // The server rolls back when it sees the connection close, a moment later: look again
     // until then (for ever, were the transaction left open).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let claimed = loop {
-        let open = other.open_fetch(&wants).await.unwrap();
-        let claimed = other.commit_fetch(open, &[]).await.unwrap();
-        if !claimed.is_empty() || std::time::Instant::now() > deadline {
-            break claimed;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let claimed = claim_within_10s(&other, &wants).await;
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
     assert_eq!(db.row(row).await.unwrap().status, "running");
     mine.close().await;
@@ -931,27 +884,12 @@ async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
     // The same, for a fetch that fails in its second round trip (here: a carried end the
     // column refuses, after the SELECT locked the waiting row and the UPDATEs wrote it):
     // its transaction must not stay open on the fetch connection.
-    use jobyard_jobd::config::MysqlConfig;
     use jobyard_jobd::launcher::Outcome;
-    use jobyard_jobd::store::Store;
 
     let db = test_db().await;
     let ended = db.insert("t1", "running").await;
     let row = db.insert("t1", "waiting").await;
-    let store = |db: &TestDb| {
-        Store::connect(
-            &MysqlConfig {
-                host: "127.0.0.1".into(),
-                port: db.port,
-                user: "root".into(),
-                password: String::new(),
-                database: db.name.clone(),
-                table: "jobs".into(),
-            },
-            2,
-        )
-    };
-    let (mine, other) = (store(&db), store(&db));
+    let (mine, other) = (store_of(&db), store_of(&db));
     let emoji = Outcome {
         code: Some(0),
         signal: None,
@@ -961,15 +899,7 @@ async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
     let wants = [("t1".to_string(), 1)];
     let open = mine.open_fetch(&wants).await.unwrap();
     assert!(mine.commit_fetch(open, &[(ended, &emoji)]).await.is_err());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let claimed = loop {
-        let open = other.open_fetch(&wants).await.unwrap();
-        let claimed = other.commit_fetch(open, &[]).await.unwrap();
-        if !claimed.is_empty() || std::time::Instant::now() > deadline {
-            break claimed;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let claimed = claim_within_10s(&other, &wants).await;
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [row]);
     assert_eq!(db.row(ended).await.unwrap().status, "running");
     mine.close().await;
@@ -1045,4 +975,36 @@ async fn an_end_refused_in_a_fetch_is_sanitised_and_the_next_row_still_runs() {
     let r = db.wait_status(long, "done").await;
     assert_eq!(r.stdout.as_deref(), Some("long"));
     w.shutdown().await;
+}
+
+/// A store on the test database, as the worker opens it (pool of 2).
+fn store_of(db: &TestDb) -> jobyard_jobd::store::Store {
+    jobyard_jobd::store::Store::connect(
+        &jobyard_jobd::config::MysqlConfig {
+            host: "127.0.0.1".into(),
+            port: db.port,
+            user: "root".into(),
+            password: String::new(),
+            database: db.name.clone(),
+            table: "jobs".into(),
+        },
+        2,
+    )
+}
+
+/// Fetches with `store` until it claims something or 10 s pass: a lock another
+/// connection's rollback releases goes a moment after that connection closes.
+async fn claim_within_10s(
+    store: &jobyard_jobd::store::Store,
+    wants: &[(String, u64)],
+) -> Vec<jobyard_jobd::store::Claimed> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = store.open_fetch(wants).await.unwrap();
+        let claimed = store.commit_fetch(open, &[]).await.unwrap();
+        if !claimed.is_empty() || std::time::Instant::now() > deadline {
+            return claimed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
