@@ -157,28 +157,7 @@ fn compaction_moves_bodies_into_the_snapshot_and_the_engine_learns_where() {
     learn_places(&mut e, &log);
     let before: Vec<LogRef> = ids.iter().map(|&id| place(&e, id)).collect();
 
-    // What the broker's compaction does: jobs a chunk at a time, bodies only in the log
-    // read back outside the engine lock.
-    let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
-    // The cut is taken by the writer's next batch: a record after it starts the new segment.
-    assert!(e.delete(0, ids[0]));
-    let lsn = log.append(e.take_changes());
-    wait_written(&log, lsn);
-    for chunk in e.snapshot_order().chunks(64) {
-        let (mut jobs, in_log) = e.snapshot_of_split(chunk);
-        for (i, at) in in_log {
-            if let Change::Put { body, .. } = &mut jobs[i] {
-                *body = log.read_body(at).expect("old place reads").into();
-            }
-        }
-        assert!(feed.send(jobs));
-    }
-    feed.finish();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while log.snapshot_running() {
-        assert!(Instant::now() < deadline, "snapshot never finished");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    compact_deleting(&mut e, &log, ids[0]);
     let seg1 = dir.path().join("seg-0000000001.log");
     assert!(!seg1.exists(), "compaction deleted the old segments");
     assert!(learn_places(&mut e, &log) >= ids.len() - 1);
@@ -273,25 +252,7 @@ fn a_window_read_before_compaction_never_serves_the_moved_bodies_old_file() {
     // A run is being read from the first segment: its window holds the next bodies too.
     drain_reads(&e, &log, &ids[..50]);
 
-    let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
-    assert!(e.delete(0, ids[0]));
-    let lsn = log.append(e.take_changes());
-    wait_written(&log, lsn);
-    for chunk in e.snapshot_order().chunks(64) {
-        let (mut jobs, in_log) = e.snapshot_of_split(chunk);
-        for (i, at) in in_log {
-            if let Change::Put { body, .. } = &mut jobs[i] {
-                *body = log.read_body(at).expect("old place reads").into();
-            }
-        }
-        assert!(feed.send(jobs));
-    }
-    feed.finish();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while log.snapshot_running() {
-        assert!(Instant::now() < deadline, "snapshot never finished");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    compact_deleting(&mut e, &log, ids[0]);
     assert!(learn_places(&mut e, &log) >= ids.len() - 1);
     // The old file is let go with its windows: the place inside the window read before
     // compaction no longer reads, and every body is read from the snapshot, a window at
@@ -374,4 +335,30 @@ fn a_hot_body_moved_by_compaction_keeps_its_new_place_when_it_leaves_the_budget(
     }
     assert_eq!(e.hot_bodies(), 1, "only the last turn's body");
     assert_eq!(e.job(id).expect("live").body, Body::Log(moved));
+}
+
+/// What the broker's compaction does, with `first` deleted as it starts: jobs a chunk at a
+/// time, bodies only in the log read back outside the engine lock; returns once the
+/// snapshot is written. The cut is taken by the writer's next batch: the delete's record
+/// starts the new segment.
+fn compact_deleting(e: &mut Engine, log: &Log, first: JobId) {
+    let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
+    assert!(e.delete(0, first));
+    let lsn = log.append(e.take_changes());
+    wait_written(log, lsn);
+    for chunk in e.snapshot_order().chunks(64) {
+        let (mut jobs, in_log) = e.snapshot_of_split(chunk);
+        for (i, at) in in_log {
+            if let Change::Put { body, .. } = &mut jobs[i] {
+                *body = log.read_body(at).expect("old place reads").into();
+            }
+        }
+        assert!(feed.send(jobs));
+    }
+    feed.finish();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.snapshot_running() {
+        assert!(Instant::now() < deadline, "snapshot never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
