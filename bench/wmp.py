@@ -356,7 +356,8 @@ def main() -> int:
     ap.add_argument("--binary", default=str(default_bin))
     ap.add_argument("--workers", default="1,8", help="comma-separated worker counts")
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per workload")
-    ap.add_argument("--jobs", type=int, default=100_000, help="jobs put before each wmp run")
+    ap.add_argument("--jobs", type=int, default=400_000,
+                    help="jobs put before each wmp run (enough that none runs dry at 8 workers)")
     ap.add_argument("--bench-binary", default=str(Path(default_bin).with_name("jobyard-bench")),
                     help="jobyard-bench, the Gearman clients of the round trip workload")
     ap.add_argument("--clients", type=int, default=8,
