@@ -60,11 +60,7 @@ impl Headers {
         let key_end = self.text.len();
         self.text.push('=');
         self.text.push_str(value.as_ref());
-        self.lines.push(Line {
-            key_start: offset(key_start),
-            key_end: offset(key_end),
-            value_end: offset(self.text.len()),
-        });
+        self.end_line(key_start, key_end);
     }
 
     /// Adds a header whose value is a number, without formatting it into a `String` first.
@@ -75,6 +71,12 @@ impl Headers {
         let key_end = self.text.len();
         // Writing into a String cannot fail.
         let _ = write!(self.text, "={value}");
+        self.end_line(key_start, key_end);
+    }
+
+    /// Records the line just appended to the text: its key at `key_start..key_end`, its
+    /// value up to the end of the text.
+    fn end_line(&mut self, key_start: usize, key_end: usize) {
         self.lines.push(Line {
             key_start: offset(key_start),
             key_end: offset(key_end),
