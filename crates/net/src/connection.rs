@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use jobyard_broker::{Lsn, Mailbox};
+use jobyard_engine::{ConnId, NoticeKind};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::listen::Peer;
+use crate::placement::{Placement, Where};
 use crate::protocol::{Decode, Protocol, Session, Step};
 
 /// Replies are sent once this much is buffered even mid-batch, so pipelined requests with
@@ -38,139 +40,201 @@ pub async fn serve_stream<P, R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let broker = protocol.broker().clone();
-    let metrics = protocol.metrics().clone();
-    jobyard_broker::ProtocolMetrics::inc(&metrics.connections);
-    jobyard_broker::ProtocolMetrics::inc(&metrics.connections_total);
-    let (conn, mailbox) = broker.connect();
-    let mut session = protocol.open(conn, &peer);
-    let mut link = Link {
+    let mut conn = Conn::open(protocol, &peer, shutdown);
+    let ended = Link {
         rd,
         wr,
-        rbuf: BytesMut::with_capacity(16 << 10),
-        out: BytesMut::with_capacity(16 << 10),
-        mailbox,
-        protocol: protocol.clone(),
-        shutdown,
-    };
-    tracing::debug!(conn, protocol = protocol.name(), peer = %peer.addr, "connected");
-    match link.run(&mut session).await {
-        Ok(()) => tracing::debug!(conn, protocol = protocol.name(), "closed"),
-        Err(e) => tracing::debug!(conn, protocol = protocol.name(), error = %e, "closed"),
+        conn: &mut conn,
+        placed: None,
     }
-    session.close();
-    broker.disconnect(conn);
-    jobyard_broker::ProtocolMetrics::dec(&metrics.connections);
+    .run()
+    .await;
+    conn.close(ended.map(|_| ()));
 }
 
-struct Link<P: Protocol, R, W> {
-    rd: R,
-    wr: W,
+/// How a turn of the loop ended.
+pub(crate) enum Exit {
+    /// The connection is over.
+    Closed,
+    /// The connection belongs on the other runtime now; its output is written.
+    Move,
+}
+
+/// Everything of a connection but its socket: what moves between runtimes with it.
+pub(crate) struct Conn<P: Protocol> {
+    protocol: Arc<P>,
+    id: ConnId,
+    session: P::Session,
+    decoder: P::Decoder,
     rbuf: BytesMut,
     out: BytesMut,
     mailbox: Mailbox,
-    protocol: Arc<P>,
+    /// The session waits for a notice (a blocked reserve) before it reads requests.
+    waiting: bool,
     shutdown: watch::Receiver<bool>,
 }
 
-impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<P, R, W> {
-    async fn run(&mut self, session: &mut P::Session) -> io::Result<()> {
-        let mut decoder = self.protocol.decoder();
-        let mut waiting = false;
+impl<P: Protocol> Conn<P> {
+    /// Registers a new session in the broker.
+    pub(crate) fn open(protocol: Arc<P>, peer: &Peer, shutdown: watch::Receiver<bool>) -> Self {
+        let metrics = protocol.metrics();
+        jobyard_broker::ProtocolMetrics::inc(&metrics.connections);
+        jobyard_broker::ProtocolMetrics::inc(&metrics.connections_total);
+        let (id, mailbox) = protocol.broker().connect();
+        let session = protocol.open(id, peer);
+        tracing::debug!(conn = id, protocol = protocol.name(), peer = %peer.addr, "connected");
+        Conn {
+            decoder: protocol.decoder(),
+            protocol,
+            id,
+            session,
+            rbuf: BytesMut::with_capacity(16 << 10),
+            out: BytesMut::with_capacity(16 << 10),
+            mailbox,
+            waiting: false,
+            shutdown,
+        }
+    }
+
+    /// Closes the session and forgets it in the broker.
+    pub(crate) fn close(self, how: io::Result<()>) {
+        let name = self.protocol.name();
+        match how {
+            Ok(()) => tracing::debug!(conn = self.id, protocol = name, "closed"),
+            Err(e) => tracing::debug!(conn = self.id, protocol = name, error = %e, "closed"),
+        }
+        self.session.close();
+        self.protocol.broker().disconnect(self.id);
+        jobyard_broker::ProtocolMetrics::dec(&self.protocol.metrics().connections);
+    }
+}
+
+/// A connection on one runtime: its socket halves, registered with that runtime's reactor.
+pub(crate) struct Link<'c, P: Protocol, R, W> {
+    pub(crate) rd: R,
+    pub(crate) wr: W,
+    pub(crate) conn: &'c mut Conn<P>,
+    /// With the adaptive model: the placement and the runtime this link runs on.
+    pub(crate) placed: Option<(&'c Placement, Where)>,
+}
+
+impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<'_, P, R, W> {
+    pub(crate) async fn run(&mut self) -> io::Result<Exit> {
         loop {
             let mut lsn: Lsn = 0;
-            while !waiting {
-                let Some(req) = decoder.decode(&mut self.rbuf) else {
+            while !self.conn.waiting {
+                let c = &mut *self.conn;
+                let Some(req) = c.decoder.decode(&mut c.rbuf) else {
                     break;
                 };
-                match session.execute(req, &mut self.out) {
+                match c.session.execute(req, &mut c.out) {
                     Step::Done(l) => {
                         lsn = lsn.max(l);
-                        if self.out.len() >= FLUSH_AT {
+                        if c.out.len() >= FLUSH_AT {
                             self.flush(lsn).await?;
                         }
                     }
-                    Step::Wait => waiting = true,
-                    Step::Close => return self.flush(lsn).await,
+                    Step::Wait => c.waiting = true,
+                    Step::Close => return self.flush(lsn).await.map(|_| Exit::Closed),
                 }
             }
             self.flush(lsn).await?;
-            if self.mailbox.overflowed() {
+            let c = &mut *self.conn;
+            if c.mailbox.overflowed() {
                 return Err(overflowed());
             }
-            if *self.shutdown.borrow() {
-                if waiting {
-                    session.stop_waiting();
+            if *c.shutdown.borrow() {
+                if c.waiting {
+                    c.session.stop_waiting();
                 }
-                return Ok(());
+                return Ok(Exit::Closed);
             }
-            let can_read = !waiting || self.rbuf.len() < READ_AHEAD_LIMIT;
+            // Between turns nothing is half-written: the place to move.
+            if let Some((placement, here)) = self.placed {
+                if placement.current() != here {
+                    return Ok(Exit::Move);
+                }
+            }
+            let waiting = c.waiting;
+            let can_read = !waiting || c.rbuf.len() < READ_AHEAD_LIMIT;
             if can_read {
-                self.rbuf.reserve(8 << 10);
+                c.rbuf.reserve(8 << 10);
             }
-            let listen = waiting || session.notices_while_idle();
+            let listen = waiting || c.session.notices_while_idle();
             if !listen {
                 // Notices that only a waiting session needs: drop what piled up.
-                while self.mailbox.try_recv().is_some() {}
+                while c.mailbox.try_recv().is_some() {}
             }
             tokio::select! {
                 biased;
-                notice = self.mailbox.recv(), if listen => {
+                notice = c.mailbox.recv(), if listen => {
                     let Some(notice) = notice else {
                         return Err(io::Error::other("the broker closed the mailbox"));
                     };
-                    match session.notice(notice, &mut self.out) {
-                        Step::Done(l) => {
-                            waiting = false;
-                            // Take what else is queued, so a burst of forwarded packets
-                            // goes out in one write.
-                            let mut lsn = l;
-                            while !waiting && self.out.len() < FLUSH_AT {
-                                let Some(n) = self.mailbox.try_recv() else { break };
-                                match session.notice(n, &mut self.out) {
-                                    Step::Done(l) => lsn = lsn.max(l),
-                                    Step::Wait => waiting = true,
-                                    Step::Close => return self.flush(lsn).await,
-                                }
-                            }
-                            self.flush(lsn).await?;
-                        }
-                        Step::Wait => waiting = true,
-                        Step::Close => return self.flush(0).await,
+                    if let Some(exit) = self.on_notice(notice).await? {
+                        return Ok(exit);
                     }
                 }
-                n = self.rd.read_buf(&mut self.rbuf), if can_read => {
+                n = self.rd.read_buf(&mut c.rbuf), if can_read => {
                     if n? == 0 {
                         if waiting {
-                            session.half_closed(&mut self.out);
-                            return self.flush(0).await;
+                            c.session.half_closed(&mut c.out);
+                            return self.flush(0).await.map(|_| Exit::Closed);
                         }
-                        return Ok(());
+                        return Ok(Exit::Closed);
                     }
                 }
-                _ = self.shutdown.changed() => {
+                _ = c.shutdown.changed() => {
                     if waiting {
-                        session.stop_waiting();
+                        c.session.stop_waiting();
                     }
-                    return Ok(());
+                    return Ok(Exit::Closed);
                 }
             }
+        }
+    }
+
+    /// Hands a notice to the session, with whatever else is queued, so a burst of forwarded
+    /// packets goes out in one write. `Some` when the connection is over.
+    async fn on_notice(&mut self, notice: NoticeKind) -> io::Result<Option<Exit>> {
+        let c = &mut *self.conn;
+        match c.session.notice(notice, &mut c.out) {
+            Step::Done(l) => {
+                c.waiting = false;
+                let mut lsn = l;
+                while !c.waiting && c.out.len() < FLUSH_AT {
+                    let Some(n) = c.mailbox.try_recv() else { break };
+                    match c.session.notice(n, &mut c.out) {
+                        Step::Done(l) => lsn = lsn.max(l),
+                        Step::Wait => c.waiting = true,
+                        Step::Close => return self.flush(lsn).await.map(|_| Some(Exit::Closed)),
+                    }
+                }
+                self.flush(lsn).await?;
+                Ok(None)
+            }
+            Step::Wait => {
+                c.waiting = true;
+                Ok(None)
+            }
+            Step::Close => self.flush(0).await.map(|_| Some(Exit::Closed)),
         }
     }
 
     /// Sends buffered output once the log has made what it acknowledges durable. A peer
     /// that stops reading while notices pile up for it is cut off rather than buffered for.
     async fn flush(&mut self, lsn: Lsn) -> io::Result<()> {
-        self.protocol.broker().wait_durable(lsn).await;
-        if !self.out.is_empty() {
+        let c = &mut *self.conn;
+        c.protocol.broker().wait_durable(lsn).await;
+        if !c.out.is_empty() {
             // Biased, so the write is tried first: a reply that fits the socket buffer (the
             // usual case) is sent without ever arming the overflow wait.
             tokio::select! {
                 biased;
-                written = self.wr.write_all(&self.out) => written?,
-                _ = self.mailbox.wait_overflow() => return Err(overflowed()),
+                written = self.wr.write_all(&c.out) => written?,
+                _ = c.mailbox.wait_overflow() => return Err(overflowed()),
             }
-            self.out.clear();
+            c.out.clear();
         }
         Ok(())
     }

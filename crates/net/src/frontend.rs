@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::connection::serve_stream;
-use crate::gate::Gate;
+use tokio::sync::watch;
+
+use crate::connection::{serve_stream, Conn};
+use crate::gate::{Gate, Slot};
+use crate::hop;
+use crate::placement::Placement;
 use crate::listen::{Listener, Peer, Stream};
 use crate::protocol::Protocol;
 
@@ -77,32 +81,85 @@ async fn accept_loop<P: Protocol>(protocol: Arc<P>, listener: Listener, gate: Ga
             drop(stream);
             continue;
         };
-        let protocol = protocol.clone();
         let shutdown = gate.shutdown_signal();
-        tokio::spawn(async move {
-            match stream {
-                Stream::Tcp(s) => {
-                    // Replies are whole and written at once; Nagle would only hold the
-                    // last one back.
-                    let _ = s.set_nodelay(true);
-                    protocol.configure_tcp(&s);
-                    let peer = Peer {
-                        addr,
-                        fd: s.as_raw_fd(),
-                    };
-                    let (rd, wr) = s.into_split();
-                    serve_stream(protocol, rd, wr, peer, shutdown).await;
-                }
-                Stream::Unix(s) => {
-                    let peer = Peer {
-                        addr,
-                        fd: s.as_raw_fd(),
-                    };
-                    let (rd, wr) = s.into_split();
-                    serve_stream(protocol, rd, wr, peer, shutdown).await;
+        match gate.placement() {
+            Some(placement) => {
+                if let Err(e) = place_accepted(&protocol, stream, addr, shutdown, placement, slot) {
+                    tracing::debug!("{}: cannot place a connection: {e}", protocol.name());
                 }
             }
-            drop(slot);
-        });
+            None => {
+                tokio::spawn(serve_accepted(protocol.clone(), stream, addr, shutdown, slot));
+            }
+        }
     }
+}
+
+/// The fixed model: serves the connection on this runtime for its whole life.
+async fn serve_accepted<P: Protocol>(
+    protocol: Arc<P>,
+    stream: Stream,
+    addr: String,
+    shutdown: watch::Receiver<bool>,
+    slot: Slot,
+) {
+    match stream {
+        Stream::Tcp(s) => {
+            configure(protocol.as_ref(), &s);
+            let peer = Peer {
+                addr,
+                fd: s.as_raw_fd(),
+            };
+            let (rd, wr) = s.into_split();
+            serve_stream(protocol, rd, wr, peer, shutdown).await;
+        }
+        Stream::Unix(s) => {
+            let peer = Peer {
+                addr,
+                fd: s.as_raw_fd(),
+            };
+            let (rd, wr) = s.into_split();
+            serve_stream(protocol, rd, wr, peer, shutdown).await;
+        }
+    }
+    drop(slot);
+}
+
+/// The adaptive model: the connection goes to the runtime the placement names, and moves.
+fn place_accepted<P: Protocol>(
+    protocol: &Arc<P>,
+    stream: Stream,
+    addr: String,
+    shutdown: watch::Receiver<bool>,
+    placement: Arc<Placement>,
+    slot: Slot,
+) -> std::io::Result<()> {
+    match stream {
+        Stream::Tcp(s) => {
+            configure(protocol.as_ref(), &s);
+            let peer = Peer {
+                addr,
+                fd: s.as_raw_fd(),
+            };
+            let s = s.into_std()?;
+            let conn = Conn::open(protocol.clone(), &peer, shutdown);
+            hop::place(conn, s, placement, slot);
+        }
+        Stream::Unix(s) => {
+            let peer = Peer {
+                addr,
+                fd: s.as_raw_fd(),
+            };
+            let s = s.into_std()?;
+            let conn = Conn::open(protocol.clone(), &peer, shutdown);
+            hop::place(conn, s, placement, slot);
+        }
+    }
+    Ok(())
+}
+
+fn configure<P: Protocol>(protocol: &P, s: &tokio::net::TcpStream) {
+    // Replies are whole and written at once; Nagle would only hold the last one back.
+    let _ = s.set_nodelay(true);
+    protocol.configure_tcp(s);
 }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::placement::Placement;
+
 /// Admits sessions up to a limit shared by all front ends, and tells them when to stop.
 #[derive(Clone)]
 pub struct Gate {
@@ -15,6 +17,7 @@ pub struct Gate {
     stop: Arc<watch::Sender<bool>>,
     last_refusal_log: Arc<AtomicU64>,
     started: Instant,
+    placement: Option<Arc<Placement>>,
 }
 
 /// One admitted session. Dropping it frees the place.
@@ -33,7 +36,20 @@ impl Gate {
             stop: Arc::new(tx),
             last_refusal_log: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
+            placement: None,
         }
+    }
+
+    /// The same gate with byte-stream connections served by the adaptive thread model
+    /// (`None`: on the runtime their accept loop runs on, as before).
+    pub fn placed_by(mut self, placement: Option<Arc<Placement>>) -> Gate {
+        self.placement = placement;
+        self
+    }
+
+    /// Where byte-stream connections are placed, with the adaptive thread model.
+    pub fn placement(&self) -> Option<Arc<Placement>> {
+        self.placement.clone()
     }
 
     /// A place for a new session, or `None` at the limit (logged at most once a second).

@@ -17,7 +17,9 @@
 mod connection;
 mod frontend;
 mod gate;
+mod hop;
 pub mod listen;
+pub mod placement;
 mod protocol;
 pub mod runtime;
 

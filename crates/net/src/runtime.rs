@@ -1,25 +1,90 @@
 //! The thread model, decided here and nowhere else.
 //!
-//! Today: tokio's multi-threaded runtime with one thread per core unless set otherwise.
-//! At moderate load a single thread costs less CPU per job (no cross-thread wake-ups); one
-//! per core gives the most throughput when saturated (docs/performance.md has the figures).
-//! Alternatives (a thread per core with connections pinned to it) are measured by the
-//! speed work; whichever wins is chosen here, so no front end depends on it.
+//! At moderate load a single thread costs less CPU per job (no cross-thread wake-ups); the
+//! work-stealing runtime with one thread per core gives the most throughput when saturated
+//! (docs/performance.md has the figures). Two models:
+//!
+//! - fixed: every connection on tokio's multi-threaded runtime (`--threads N` threads);
+//! - adaptive: byte-stream connections on one thread while it keeps up, moved to the
+//!   multi-threaded runtime when it saturates and back when the load falls
+//!   ([`crate::placement`]).
+//!
+//! Whichever is chosen is chosen here, so no front end depends on it.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::placement::{Placement, Policy};
+
+/// How connections are spread over threads (`--thread-model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Model {
+    /// The multi-threaded runtime for everything.
+    Fixed,
+    /// One thread while it keeps up, the multi-threaded runtime when it does not.
+    Adaptive,
+}
+
+/// The model when none is set and `--threads` is not given either.
+pub const DEFAULT_MODEL: Model = Model::Adaptive;
+
+impl FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Model, String> {
+        match s {
+            "fixed" => Ok(Model::Fixed),
+            "adaptive" => Ok(Model::Adaptive),
+            _ => Err(format!("thread model {s:?}: expected fixed or adaptive")),
+        }
+    }
+}
 
 /// Threads serving connections: `configured`, else `JOBYARD_THREADS` (which the
 /// beanstalkd and gearmand command lines also honour), else one per core.
 pub fn threads(configured: Option<usize>) -> usize {
+    configured_threads(configured).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    })
+}
+
+fn configured_threads(configured: Option<usize>) -> Option<usize> {
     configured
         .or_else(|| std::env::var("JOBYARD_THREADS").ok()?.parse().ok())
         .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// The runtime every front end runs on.
-pub fn build(configured_threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads(configured_threads))
+/// The model to run: `configured`, else `JOBYARD_THREAD_MODEL`, else fixed when a thread
+/// count is set (`--threads N` keeps meaning N threads for everything), else the default.
+pub fn model(configured: Option<Model>, configured_threads_: Option<usize>) -> Model {
+    configured
+        .or_else(|| std::env::var("JOBYARD_THREAD_MODEL").ok()?.parse().ok())
+        .unwrap_or(match configured_threads(configured_threads_) {
+            Some(_) => Model::Fixed,
+            None => DEFAULT_MODEL,
+        })
+}
+
+/// The runtime every front end runs on, and with the adaptive model the placement that
+/// moves byte-stream connections between it and a thread of their own.
+pub struct Runtimes {
+    pub main: tokio::runtime::Runtime,
+    pub placement: Option<Arc<Placement>>,
+}
+
+/// Builds the runtimes of `model` (see [`model`]).
+pub fn build(threads_: Option<usize>, model: Model) -> std::io::Result<Runtimes> {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads(threads_))
         .enable_all()
         .thread_name("jobyard")
-        .build()
+        .build()?;
+    let placement = match model {
+        Model::Fixed => None,
+        Model::Adaptive => {
+            let placement = Placement::start(main.handle().clone())?;
+            placement.watch_load(Policy::default())?;
+            Some(placement)
+        }
+    };
+    Ok(Runtimes { main, placement })
 }

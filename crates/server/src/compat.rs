@@ -139,6 +139,7 @@ pub fn parse(args: &[String]) -> Compat {
         verbosity,
         log_format: Default::default(),
         threads: None,
+        thread_model: None,
         gearman_listen: None,
         http_listen: None,
         wmp: None,

@@ -311,6 +311,7 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
             verbosity,
             log_format: Default::default(),
             threads,
+            thread_model: None,
             gearman_listen: Some(listen),
             gearman: Box::new(gearman),
         },

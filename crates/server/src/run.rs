@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use jobyard_broker::budget::InflightBudget;
 use jobyard_broker::{Broker, Compaction, StorageOptions};
+use jobyard_net::placement::Placement;
 use jobyard_net::{listen, FrontEnd, Gate, Listener, TcpFrontEnd};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Notify;
@@ -18,14 +19,15 @@ struct Fatal(String, i32);
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(settings: Settings) -> i32 {
     init_logging(settings.verbosity, settings.log_format);
-    let runtime = match jobyard_net::runtime::build(settings.threads) {
+    let model = jobyard_net::runtime::model(settings.thread_model, settings.threads);
+    let runtimes = match jobyard_net::runtime::build(settings.threads, model) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("jobyard: cannot start the runtime: {e}");
             return 1;
         }
     };
-    match runtime.block_on(serve(settings)) {
+    match runtimes.main.block_on(serve(settings, runtimes.placement)) {
         Ok(()) => 0,
         Err(Fatal(msg, code)) => {
             tracing::error!("{msg}");
@@ -76,7 +78,7 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
     .map_err(|e| Fatal(e.message, e.exit_code))
 }
 
-async fn serve(settings: Settings) -> Result<(), Fatal> {
+async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<(), Fatal> {
     // Taken over first: a SIGTERM that arrives while the server starts (after its first
     // replies, before the main loop) must mean a clean stop, not the default kill.
     let signals = Signals::install();
@@ -117,7 +119,7 @@ async fn serve(settings: Settings) -> Result<(), Fatal> {
     if let Some(user) = &settings.user {
         drop_privileges(user).map_err(|e| Fatal(e, 111))?;
     }
-    let gate = Gate::new(settings.max_connections);
+    let gate = Gate::new(settings.max_connections).placed_by(placement);
     jobyard_net::serve(front_ends, &gate);
     tracing::info!(
         "jobyard {} ready (storage: {}, fsync: {:?})",

@@ -42,6 +42,8 @@ pub struct Settings {
     pub gearman_listen: Option<String>,
     /// Runtime threads serving connections; `None`: `JOBYARD_THREADS`, else one per core.
     pub threads: Option<usize>,
+    /// `None`: `JOBYARD_THREAD_MODEL`, else fixed with `threads`, else the default.
+    pub thread_model: Option<jobyard_net::runtime::Model>,
     /// `None`: the HTTP/JSON API is off.
     pub http_listen: Option<String>,
     /// An HTTP worker session with no request and no lease for this long ends.
@@ -142,6 +144,11 @@ pub struct ServeArgs {
     /// core gives the most throughput when saturated (docs/performance.md) [default: one per core].
     #[arg(long, env = "JOBYARD_THREADS")]
     pub threads: Option<usize>,
+    /// `adaptive`: connections on one thread while it keeps up, moved to one thread per
+    /// core when it saturates (docs/performance.md); `fixed`: always `--threads` threads
+    /// [default: adaptive, fixed when --threads is given].
+    #[arg(long, env = "JOBYARD_THREAD_MODEL", value_parser = parse_thread_model)]
+    pub thread_model: Option<jobyard_net::runtime::Model>,
     /// Address for Gearman clients and workers, or `off` [default: 127.0.0.1:4730].
     #[arg(long, env = "JOBYARD_GEARMAN_LISTEN")]
     pub gearman_listen: Option<String>,
@@ -199,6 +206,11 @@ pub struct ServeArgs {
     /// `text` for people, `json` for log shippers (one object per event) [default: text].
     #[arg(long, env = "JOBYARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+}
+
+/// Parses `adaptive` or `fixed`.
+fn parse_thread_model(s: &str) -> Result<jobyard_net::runtime::Model, String> {
+    s.parse()
 }
 
 /// Parses `always`, `never` or `interval=<ms>`.
@@ -352,6 +364,7 @@ impl ServeArgs {
             verbosity: self.verbose,
             log_format: self.log_format.unwrap_or_default(),
             threads: self.threads.filter(|&n| n > 0),
+            thread_model: self.thread_model,
             gearman_listen: listen(
                 self.gearman_listen
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
