@@ -221,3 +221,53 @@ fn monitor(placement: Weak<Placement>, policy: Policy) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick() -> Policy {
+        Policy {
+            window: Duration::from_millis(10),
+            widen_at: 0.5,
+            narrow_at: 0.3,
+            calm_windows: 3,
+        }
+    }
+
+    /// Polls for up to 10 s (the machine may be busy) until connections belong at `place`.
+    fn settles_at(p: &Placement, place: Where) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if p.current() == place {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_saturated_narrow_thread_goes_wide_and_comes_back_when_idle() {
+        let wide = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let p = Placement::start(wide.handle().clone()).unwrap();
+        p.watch_load(quick()).unwrap();
+        assert_eq!(p.current(), Where::Narrow, "connections start narrow");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(p.current(), Where::Narrow, "an idle thread stays narrow");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = stop.clone();
+        // Never yields: the narrow thread is never parked while it runs.
+        p.handle(Where::Narrow).spawn(async move {
+            while !spinning.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        assert!(settles_at(&p, Where::Wide), "a busy narrow thread goes wide");
+        stop.store(true, Ordering::Relaxed);
+        assert!(settles_at(&p, Where::Narrow), "back once nothing runs");
+    }
+}

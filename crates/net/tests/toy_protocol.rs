@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, BytesMut};
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_engine::{ConnId, Lease, NoticeKind, ReserveOutcome, WaitMode};
+use jobyard_net::placement::{Placement, Where};
 use jobyard_net::{Decode, FrontEnd, Gate, Listener, Peer, Protocol, Session, Step, TcpFrontEnd};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -121,13 +122,16 @@ impl Protocol for Toy {
 }
 
 async fn start(max: usize) -> (String, Gate, Arc<Toy>) {
+    start_at(Gate::new(max)).await
+}
+
+async fn start_at(gate: Gate) -> (String, Gate, Arc<Toy>) {
     let broker = Broker::in_memory();
     broker.start();
     let metrics = broker.metrics().protocol("toy", &[]);
     let toy = Arc::new(Toy { broker, metrics });
     let listener = Listener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.describe();
-    let gate = Gate::new(max);
     let front: Box<dyn FrontEnd> = Box::new(TcpFrontEnd {
         protocol: toy.clone(),
         listener,
@@ -248,4 +252,98 @@ async fn shutdown_ends_waiting_sessions_and_returns_once_all_are_gone() {
         rest.len() <= 1,
         "at most the served job, then closed: {rest:?}"
     );
+}
+
+/// Producers pipelining puts and consumers pipelining blocking takes while every connection
+/// is moved between the narrow and the wide runtime every millisecond: each put job is
+/// handed out exactly once (a notice that arrives while its connection moves waits in the
+/// mailbox, which moves with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_moved_between_runtimes_lose_no_job_and_hand_none_out_twice() {
+    const PRODUCERS: usize = 4;
+    const CONSUMERS: usize = 4;
+    const PUTS_EACH: usize = 600;
+    const BATCH: usize = 8;
+    let placement = Placement::start(tokio::runtime::Handle::current()).unwrap();
+    let gate = Gate::new(100).placed_by(Some(placement.clone()));
+    let (addr, _gate, _toy) = start_at(gate).await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = tokio::spawn({
+        let (placement, done) = (placement.clone(), done.clone());
+        async move {
+            let mut wide = false;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                wide = !wide;
+                placement.move_all(if wide { Where::Wide } else { Where::Narrow });
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    let take_each = PRODUCERS * PUTS_EACH / CONSUMERS;
+    let consumers: Vec<_> = (0..CONSUMERS)
+        .map(|_| tokio::spawn(take(addr.clone(), take_each)))
+        .collect();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| tokio::spawn(put(addr.clone(), p, PUTS_EACH, BATCH)))
+        .collect();
+    let mut put_ids = std::collections::BTreeSet::new();
+    for p in producers {
+        put_ids.extend(p.await.unwrap());
+    }
+    // Each consumer's connection stays open until all are done: a closed one would give
+    // its jobs back for the others to take again.
+    let mut taken = Vec::new();
+    let mut open = Vec::new();
+    for c in consumers {
+        let (ids, client) = c.await.unwrap();
+        taken.extend(ids);
+        open.push(client);
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    flipper.await.unwrap();
+    assert_eq!(put_ids.len(), PRODUCERS * PUTS_EACH, "every put got its own id");
+    let taken_set: std::collections::BTreeSet<_> = taken.iter().cloned().collect();
+    assert_eq!(taken_set.len(), taken.len(), "no job handed out twice");
+    assert_eq!(taken_set, put_ids, "every job put was handed out");
+    assert!(
+        placement.moves() >= 20,
+        "connections moved ({} moves)",
+        placement.moves()
+    );
+}
+
+/// Puts `count` jobs, `batch` at a time in one write; the ids the server gave them.
+async fn put(addr: String, producer: usize, count: usize, batch: usize) -> Vec<String> {
+    let mut c = Client::connect(&addr).await;
+    let mut ids = Vec::new();
+    for first in (0..count).step_by(batch) {
+        let n = batch.min(count - first);
+        let lines: String = (first..first + n)
+            .map(|i| format!("PUT p{producer}-{i}\n"))
+            .collect();
+        c.send(&lines).await;
+        for _ in 0..n {
+            let line = c.line().await.expect("a reply to every put");
+            ids.push(line.strip_prefix("OK ").expect("OK id").to_string());
+        }
+    }
+    ids
+}
+
+/// Takes `count` jobs with two blocking takes always in flight; the ids handed out, and the
+/// connection, which still holds them.
+async fn take(addr: String, count: usize) -> (Vec<String>, Client) {
+    let mut c = Client::connect(&addr).await;
+    let mut sent = 2.min(count);
+    c.send(&"TAKE\n".repeat(sent)).await;
+    let mut ids = Vec::new();
+    while ids.len() < count {
+        let line = c.line().await.expect("a job for every take");
+        ids.push(line.strip_prefix("GOT ").expect("GOT id").to_string());
+        if sent < count {
+            c.send("TAKE\n").await;
+            sent += 1;
+        }
+    }
+    (ids, c)
 }
