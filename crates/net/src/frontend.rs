@@ -11,8 +11,8 @@ use tokio::sync::watch;
 use crate::connection::{serve_stream, Conn};
 use crate::gate::{Gate, Slot};
 use crate::hop;
-use crate::placement::Placement;
 use crate::listen::{Listener, Peer, Stream};
+use crate::placement::Placement;
 use crate::protocol::Protocol;
 
 /// Something that serves clients of one protocol until the gate shuts down.
@@ -89,7 +89,13 @@ async fn accept_loop<P: Protocol>(protocol: Arc<P>, listener: Listener, gate: Ga
                 }
             }
             None => {
-                tokio::spawn(serve_accepted(protocol.clone(), stream, addr, shutdown, slot));
+                tokio::spawn(serve_accepted(
+                    protocol.clone(),
+                    stream,
+                    addr,
+                    shutdown,
+                    slot,
+                ));
             }
         }
     }

@@ -42,9 +42,8 @@ impl FromStr for Model {
 /// Threads serving connections: `configured`, else `JOBYARD_THREADS` (which the
 /// beanstalkd and gearmand command lines also honour), else one per core.
 pub fn threads(configured: Option<usize>) -> usize {
-    configured_threads(configured).unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    })
+    configured_threads(configured)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn configured_threads(configured: Option<usize>) -> Option<usize> {
@@ -55,10 +54,10 @@ fn configured_threads(configured: Option<usize>) -> Option<usize> {
 
 /// The model to run: `configured`, else `JOBYARD_THREAD_MODEL`, else fixed when a thread
 /// count is set (`--threads N` keeps meaning N threads for everything), else the default.
-pub fn model(configured: Option<Model>, configured_threads_: Option<usize>) -> Model {
+pub fn model(configured: Option<Model>, thread_count: Option<usize>) -> Model {
     configured
         .or_else(|| std::env::var("JOBYARD_THREAD_MODEL").ok()?.parse().ok())
-        .unwrap_or(match configured_threads(configured_threads_) {
+        .unwrap_or(match configured_threads(thread_count) {
             Some(_) => Model::Fixed,
             None => DEFAULT_MODEL,
         })
@@ -72,9 +71,9 @@ pub struct Runtimes {
 }
 
 /// Builds the runtimes of `model` (see [`model`]).
-pub fn build(threads_: Option<usize>, model: Model) -> std::io::Result<Runtimes> {
+pub fn build(thread_count: Option<usize>, model: Model) -> std::io::Result<Runtimes> {
     let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads(threads_))
+        .worker_threads(threads(thread_count))
         .enable_all()
         .thread_name("jobyard")
         .build()?;
@@ -87,4 +86,24 @@ pub fn build(threads_: Option<usize>, model: Model) -> std::io::Result<Runtimes>
         }
     };
     Ok(Runtimes { main, placement })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_count_means_the_fixed_model_unless_a_model_is_named() {
+        assert_eq!(model(Some(Model::Adaptive), Some(4)), Model::Adaptive);
+        assert_eq!(model(Some(Model::Fixed), None), Model::Fixed);
+        if std::env::var_os("JOBYARD_THREAD_MODEL").is_none() {
+            assert_eq!(
+                model(None, Some(2)),
+                Model::Fixed,
+                "--threads N keeps N threads"
+            );
+        }
+        assert_eq!("adaptive".parse(), Ok(Model::Adaptive));
+        assert!("pinned".parse::<Model>().unwrap_err().contains("pinned"));
+    }
 }

@@ -301,7 +301,11 @@ async fn connections_moved_between_runtimes_lose_no_job_and_hand_none_out_twice(
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     flipper.await.unwrap();
-    assert_eq!(put_ids.len(), PRODUCERS * PUTS_EACH, "every put got its own id");
+    assert_eq!(
+        put_ids.len(),
+        PRODUCERS * PUTS_EACH,
+        "every put got its own id"
+    );
     let taken_set: std::collections::BTreeSet<_> = taken.iter().cloned().collect();
     assert_eq!(taken_set.len(), taken.len(), "no job handed out twice");
     assert_eq!(taken_set, put_ids, "every job put was handed out");

@@ -474,6 +474,21 @@ mod tests {
     }
 
     #[test]
+    fn the_thread_model_is_a_flag_and_unknown_models_are_refused() {
+        use jobyard_net::runtime::Model;
+        let s = serve(&["--thread-model", "fixed"]).unwrap();
+        assert_eq!(s.thread_model, Some(Model::Fixed));
+        let s = serve(&["--thread-model", "adaptive", "--threads", "4"]).unwrap();
+        assert_eq!(
+            (s.thread_model, s.threads),
+            (Some(Model::Adaptive), Some(4))
+        );
+        assert!(serve(&["--thread-model", "pinned"])
+            .unwrap_err()
+            .contains("pinned"));
+    }
+
+    #[test]
     fn jobd_config_comes_from_the_flag_or_the_file() {
         assert_eq!(
             serve(&[]).unwrap().jobd_config,
