@@ -140,8 +140,8 @@ pub struct ServeArgs {
     /// buffer; past it a put gets OUT_OF_MEMORY (Gearman: ERROR) [default: 268435456].
     #[arg(long, env = "JOBYARD_MAX_INFLIGHT_BYTES")]
     pub max_inflight_bytes: Option<u64>,
-    /// Threads serving connections. One costs less CPU per job at moderate load; one per
-    /// core gives the most throughput when saturated (docs/performance.md) [default: one per core].
+    /// Threads of the multi-threaded runtime; setting it also selects the fixed thread
+    /// model unless --thread-model names one (docs/performance.md) [default: one per core].
     #[arg(long, env = "JOBYARD_THREADS")]
     pub threads: Option<usize>,
     /// `adaptive`: connections on one thread while it keeps up, moved to one thread per
