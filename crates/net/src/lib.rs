@@ -12,7 +12,8 @@
 //! [`Slot`] from the [`Gate`] for each session they keep (a worker token), so the
 //! connection limit and shutdown apply to them too.
 //!
-//! The thread model is decided in one place, [`runtime`].
+//! The thread model is decided in one place, [`runtime`]; with the adaptive model,
+//! [`placement`] moves connections between one thread and the multi-threaded runtime.
 
 mod connection;
 mod frontend;

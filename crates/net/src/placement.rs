@@ -34,9 +34,13 @@ pub enum Where {
 /// moves them back.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
+    /// How often the monitor samples: the time a saturated thread runs before moving.
     pub window: Duration,
+    /// The narrow thread's CPU time, as a share of a window, that moves connections wide.
     pub widen_at: f64,
+    /// Both runtimes' busy time, as a share of one thread, under which they move back.
     pub narrow_at: f64,
+    /// Windows in a row under `narrow_at` before moving back, so a lull does not bounce.
     pub calm_windows: u32,
 }
 

@@ -66,7 +66,9 @@ pub fn model(configured: Option<Model>, thread_count: Option<usize>) -> Model {
 /// The runtime every front end runs on, and with the adaptive model the placement that
 /// moves byte-stream connections between it and a thread of their own.
 pub struct Runtimes {
+    /// The multi-threaded runtime: accept loops, HTTP, WMP, jobd, the broker's tasks.
     pub main: tokio::runtime::Runtime,
+    /// With the adaptive model: where byte-stream connections go (hand it to the `Gate`).
     pub placement: Option<Arc<Placement>>,
 }
 
