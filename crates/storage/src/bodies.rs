@@ -61,6 +61,8 @@ pub(crate) struct BodyFiles {
     files: Mutex<Vec<Registered>>,
     next_index: AtomicU32,
     located: Mutex<Located>,
+    /// Files older than this are let go at the engine's next turn ([`Self::take_located`]).
+    forget_before: Mutex<Option<u64>>,
     any_located: AtomicBool,
     ahead: Mutex<ReadAhead>,
 }
@@ -108,9 +110,17 @@ impl BodyFiles {
         Some(index)
     }
 
-    /// Forgets every file older than `seq` (compaction replaced them with snapshot `seq`).
-    /// Readers that already took one keep it open until they are done.
+    /// Forgets every file older than `seq` (compaction replaced them with snapshot `seq`)
+    /// at the engine's next turn, which takes the bodies' new places first: a turn in
+    /// progress may still read a body at its old place, and the open file keeps it readable
+    /// after compaction deletes it. Readers that already took one keep it open until done.
     pub fn forget_older_than(&self, seq: u64) {
+        let mut pending = self.forget_before.lock().expect("forget lock");
+        *pending = Some(pending.map_or(seq, |s| s.max(seq)));
+        self.any_located.store(true, Ordering::Release);
+    }
+
+    fn forget_now(&self, seq: u64) {
         let mut gone = Vec::new();
         self.files.lock().expect("body files lock").retain(|f| {
             let keep = f.key.seq >= seq;
@@ -192,9 +202,21 @@ impl BodyFiles {
         if !self.any_located.load(Ordering::Acquire) {
             return Located::default();
         }
+        // Before the places: compaction publishes the places it moved before it asks to
+        // forget the old files, so those places are among the ones taken below.
+        let forget = self.forget_before.lock().expect("forget lock").take();
         let mut located = self.located.lock().expect("located lock");
         self.any_located.store(false, Ordering::Release);
-        std::mem::take(&mut *located)
+        let taken = std::mem::take(&mut *located);
+        drop(located);
+        // The caller applies `taken.moved` before any read of its turn.
+        if let Some(seq) = forget {
+            self.forget_now(seq);
+        }
+        if self.forget_before.lock().expect("forget lock").is_some() {
+            self.any_located.store(true, Ordering::Release);
+        }
+        taken
     }
 
     /// Reads a body back: from a window read ahead, or with a `pread` (see
