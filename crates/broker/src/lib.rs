@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use jobyard_engine::{Body, ConnId, Engine, Job, JobId, Millis};
+use jobyard_engine::{Body, ConnId, Engine, Job, JobId, Millis, NoticeKind};
 use jobyard_storage::{DirLock, Log};
 use tokio::sync::Notify;
 
@@ -169,6 +169,7 @@ impl Broker {
             broker: self,
             core: self.core.lock().unwrap_or_else(|e| e.into_inner()),
             lsn: 0,
+            handed_off: false,
             dropped: Vec::new(),
         };
         // Bodies the log has written (or compaction moved) since the last turn: the
@@ -279,6 +280,8 @@ pub struct Txn<'a> {
     broker: &'a Broker,
     core: MutexGuard<'a, Core>,
     lsn: Lsn,
+    /// Whether this turn handed a job to a waiting lease (see [`Txn::commit_handing_off`]).
+    handed_off: bool,
     /// Bodies the engine let go of this turn: declared after `core`, so they are freed
     /// after the lock is released, not while every other connection waits for it.
     dropped: Vec<Box<[u8]>>,
@@ -299,6 +302,15 @@ impl Txn<'_> {
     pub fn commit(mut self) -> Lsn {
         self.flush();
         self.lsn
+    }
+
+    /// Like [`Txn::commit`], and also tells whether the turn handed a job to another
+    /// connection's waiting lease. A front end that answers both after the same fsync
+    /// uses it to let the lease's answer go first: the lease's holder starts the next
+    /// step of the work, the reporter's answer only frees it.
+    pub fn commit_handing_off(mut self) -> (Lsn, bool) {
+        self.flush();
+        (self.lsn, self.handed_off)
     }
 
     fn flush(&mut self) {
@@ -322,6 +334,7 @@ impl Txn<'_> {
         }
         for notice in core.engine.take_notices() {
             if let Some(tx) = core.mailboxes.get(&notice.conn) {
+                self.handed_off |= matches!(notice.kind, NoticeKind::Reserved(_));
                 tx.send(notice.kind);
             }
         }

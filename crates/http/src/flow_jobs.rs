@@ -73,11 +73,12 @@ pub async fn create(
         return Err(ApiError::draining());
     }
     let new = req.checked(flow)?;
-    let ((id, created), lsn) = {
+    let ((id, created), (lsn, handed_off)) = {
         let mut txn = api.broker.lock();
         let out = txn.create_flow_job(new, Broker::now())?;
-        (out, txn.commit())
+        (out, txn.commit_handing_off())
     };
+    crate::leases::let_handed_lease_answer_first(handed_off).await;
     api.broker.wait_durable(lsn).await;
     let status = if created {
         StatusCode::CREATED

@@ -17,7 +17,8 @@ use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
 use crate::flow_jobs::check_fields_size;
 use crate::leases::{
-    check_lease_ms, lease_after, lease_for, CheckedLease, HeartbeatRequest, LeaseOutcome, LeaseSpec,
+    check_lease_ms, lease_after, lease_for, let_handed_lease_answer_first, CheckedLease,
+    HeartbeatRequest, LeaseOutcome, LeaseSpec,
 };
 use crate::limits::{MAX_DELAY_MS, MAX_WAIT_MS};
 use crate::state::{Api, Command};
@@ -290,11 +291,12 @@ async fn transition(
     op: impl FnOnce(&mut Txn<'_>, Millis) -> Result<FlowOutcome, FlowError>,
 ) -> Result<Json<Value>, ApiError> {
     let Some((lease, wait_ms)) = next else {
-        let (out, lsn) = {
+        let (out, (lsn, handed_off)) = {
             let mut txn = api.broker.lock();
             let out = op(&mut txn, Broker::now())?;
-            (out, txn.commit())
+            (out, txn.commit_handing_off())
         };
+        let_handed_lease_answer_first(handed_off).await;
         api.broker.wait_durable(lsn).await;
         return Ok(Json(outcome_json(out)));
     };

@@ -255,7 +255,7 @@ pub(crate) async fn lease_after<P>(
         hand,
         lease_ms,
     };
-    let (pre, start, first_lsn) = {
+    let (pre, start, first_lsn, handed_off) = {
         let mut txn = api.broker.lock();
         let pre = match first(&mut txn) {
             Ok(pre) => pre,
@@ -287,9 +287,13 @@ pub(crate) async fn lease_after<P>(
                 Start::Handed(None)
             }
         };
-        (pre, start, txn.commit())
+        let (lsn, handed_off) = txn.commit_handing_off();
+        (pre, start, lsn, handed_off)
     };
     if let Start::Handed(job) = start {
+        // A busy worker's reply carries its next job: that one is not held back (at
+        // saturation a yield waits behind every other runnable task).
+        let_handed_lease_answer_first(handed_off && job.is_none()).await;
         return Ok((pre, answer(api, worker, (job, first_lsn)).await));
     }
     // Past the engine's own timeout by a margin: the engine's timer answers first; this
@@ -383,6 +387,20 @@ fn plain_hand_out(txn: &mut Txn<'_>, conn: ConnId, id: JobId, _: Option<u64>) ->
         attributes_out(&mut obj, txn.attrs_of(id));
         Value::Object(obj)
     })
+}
+
+/// Call between committing a transaction and waiting for it to be durable: yields once if
+/// the transaction handed a job to another connection's waiting lease. That lease's task,
+/// woken by the transaction on this thread, then runs first and starts its own wait for the
+/// same log position first, so the fsync (which wakes waiters in the order they began to
+/// wait) answers it first, or, with no fsync, it writes the records itself and answers
+/// first. Its answer starts the job's next step; this request's only tells a worker that
+/// its report is safe. A client that reads both replies in one turn of its event loop (the
+/// Node client) thus starts the next step before it handles the report's reply.
+pub(crate) async fn let_handed_lease_answer_first(handed_off: bool) {
+    if handed_off {
+        tokio::task::yield_now().await;
+    }
 }
 
 async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> LeaseOutcome {
