@@ -41,7 +41,7 @@ pub fn select_waiting(table: &str, wants: &[(String, u64)]) -> String {
 /// Used inside the fetch's transaction, so jobs that ended share its commit. A column
 /// whose value is the same for every row (the usual case: exit 0, no signal, no output)
 /// is written as that value, not a `CASE`: less for MariaDB to parse and evaluate per
-/// fetch, the largest share of its CPU per job being parsing and UPDATEs (perf, 1x8).
+/// fetch, parsing and UPDATEs being a third of its CPU (perf, 1x8).
 pub fn done_rows(table: &str, ends: &[(u64, &Outcome)], now: i64) -> String {
     let case = |col: &str, value: &dyn Fn(&Outcome) -> String| {
         let values: Vec<String> = ends.iter().map(|(_, o)| value(o)).collect();
