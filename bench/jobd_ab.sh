@@ -7,7 +7,7 @@
 #   bash bench/jobd_ab.sh --a OLD/jobyard --b target/release/jobyard [--rounds 3] [--quick]
 #
 # Prints, per shape, the median of each side (and each round's figure) (jobs/s ÷ launch floor, worker and MariaDB CPU
-# ms/job, statements / commits / fsyncs per job, latency p50 / p99) and B / A, plus the load
+# ms/job, worker context switches per job, statements / commits / fsyncs per job, latency p50 / p99) and B / A, plus the load
 # average before and after. Keep a copy of the "before" binary before building the change.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,6 +60,7 @@ fields = [
     ("jobs/s", lambda r: r["jobs_per_s"], 0),
     ("worker CPU ms/job", lambda r: r["worker_cpu_ms_per_job"], 3),
     ("MariaDB CPU ms/job", lambda r: r["mariadb_cpu_ms_per_job"], 3),
+    ("worker switches/job", lambda r: r.get("worker_switches_per_job", 0), 2),
     ("statements/job", lambda r: r["statements_per_job"], 2),
     ("commits/job", lambda r: r["commits_per_job"], 2),
     ("fsyncs/job", lambda r: r["fsyncs_per_job"], 2),

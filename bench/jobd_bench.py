@@ -55,6 +55,19 @@ def cpu_s(pid: int) -> float:
     return (int(stat[11]) + int(stat[12])) / CLK
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches of all the process's live threads (each
+    thread's /proc status counts its own only); a thread that ended meanwhile is missed."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(l.split()[1]) for l in lines if "ctxt_switches:" in l)
+    return total
+
+
 def mem_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -189,6 +202,7 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     names = list(shape)
     poke = Eot(worker.port)
     cpu0, db_cpu0 = cpu_s(worker.proc.pid), cpu_s(mariadb_pid)
+    switches0 = context_switches(worker.proc.pid)
     counters0 = db.server_counters()
     t0 = time.perf_counter()
     sent = 0
@@ -205,11 +219,13 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     dt = time.perf_counter() - t0
     cpu = cpu_s(worker.proc.pid) - cpu0
     db_cpu = cpu_s(mariadb_pid) - db_cpu0
+    switches = context_switches(worker.proc.pid) - switches0
     counters = {k: v - counters0.get(k, 0) for k, v in db.server_counters().items()}
     return {
         "jobs": n, "seconds": round(dt, 3), "jobs_per_s": round(n / dt, 1),
         "worker_cpu_ms_per_job": round(cpu * 1000 / n, 3),
         "worker_cpu_pct": round(cpu / dt * 100, 1),
+        "worker_switches_per_job": round(switches / n, 2),
         "mariadb_cpu_ms_per_job": round(db_cpu * 1000 / n, 3),
         "statements_per_job": round(counters.get("Questions", 0) / n, 2),
         "commits_per_job": round(counters.get("Com_commit", 0) / n, 2),

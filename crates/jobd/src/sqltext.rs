@@ -38,12 +38,22 @@ pub fn select_waiting(table: &str, wants: &[(String, u64)]) -> String {
 /// The `done` UPDATE of several finished jobs as one statement, the columns in jobd's
 /// order as in [`crate::store::Store::finish`] (`status`, `result`, `time_finished`,
 /// `return_code`, `sig`, `stdout`, `stderr`), each per-row value a `CASE id WHEN … END`.
-/// Used inside the fetch's transaction, so jobs that ended share its commit.
+/// Used inside the fetch's transaction, so jobs that ended share its commit. A column
+/// whose value is the same for every row (the usual case: exit 0, no signal, no output)
+/// is written as that value, not a `CASE`: less for MariaDB to parse and evaluate per
+/// fetch, parsing and UPDATEs being a third of its CPU (perf, 1x8).
 pub fn done_rows(table: &str, ends: &[(u64, &Outcome)], now: i64) -> String {
     let case = |col: &str, value: &dyn Fn(&Outcome) -> String| {
+        let values: Vec<String> = ends.iter().map(|(_, o)| value(o)).collect();
+        if values.windows(2).all(|w| w[0] == w[1]) {
+            if let Some(v) = values.first() {
+                return format!("{col} = {v}");
+            }
+        }
         let arms: String = ends
             .iter()
-            .map(|(id, o)| format!(" WHEN {id} THEN {}", value(o)))
+            .zip(&values)
+            .map(|((id, _), v)| format!(" WHEN {id} THEN {v}"))
             .collect();
         format!("{col} = CASE id{arms} END")
     };
@@ -97,6 +107,24 @@ mod tests {
              sig = CASE id WHEN 7 THEN NULL WHEN 9 THEN _utf8mb4 X'5349475445524D' END, \
              stdout = CASE id WHEN 7 THEN _utf8mb4 X'6869' WHEN 9 THEN '' END, \
              stderr = CASE id WHEN 7 THEN '' WHEN 9 THEN _utf8mb4 X'78' END WHERE id IN (7,9)"
+        );
+    }
+
+    #[test]
+    fn done_rows_writes_a_shared_value_once() {
+        let ok = |out: &str| Outcome {
+            code: Some(0),
+            signal: None,
+            stdout: out.into(),
+            stderr: String::new(),
+        };
+        let (a, b) = (ok(""), ok("x"));
+        let sql = done_rows("`jobs`", &[(7, &a), (9, &b)], 100);
+        assert_eq!(
+            sql,
+            "UPDATE `jobs` SET status='done', result = 'ok', time_finished=100, return_code = 0, \
+             sig = NULL, stdout = CASE id WHEN 7 THEN '' WHEN 9 THEN _utf8mb4 X'78' END, \
+             stderr = '' WHERE id IN (7,9)"
         );
     }
 }

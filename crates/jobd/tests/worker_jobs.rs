@@ -790,6 +790,79 @@ async fn one_fetch_serves_several_targets_whatever_their_names() {
 }
 
 #[tokio::test]
+async fn ends_sharing_columns_keep_their_own_values_when_carried() {
+    // Carried ends that agree on a column have it written once for all rows; the column
+    // they differ in (stdout here) must still reach each row as its own.
+    use jobyard_jobd::launcher::Outcome;
+
+    let db = test_db().await;
+    let ended = [
+        db.insert("t1", "running").await,
+        db.insert("t1", "running").await,
+        db.insert("t1", "running").await,
+    ];
+    let store = store_of(&db);
+    let outs: Vec<Outcome> = ["a", "", "c"]
+        .iter()
+        .map(|out| Outcome {
+            code: Some(0),
+            signal: None,
+            stdout: out.to_string(),
+            stderr: String::new(),
+        })
+        .collect();
+    let ends: Vec<(u64, &Outcome)> = ended.iter().copied().zip(&outs).collect();
+    let open = store.open_fetch(&[("t1".to_string(), 1)]).await.unwrap();
+    store.commit_fetch(open, &ends).await.unwrap();
+    for (id, want) in ended.iter().zip(["a", "", "c"]) {
+        let r = db.row(*id).await.unwrap();
+        assert_eq!(
+            (r.status.as_str(), r.result.as_deref(), r.return_code, r.sig),
+            ("done", Some("ok"), Some(0), None)
+        );
+        assert_eq!(r.stdout.as_deref(), Some(want));
+        assert_eq!(r.stderr.as_deref(), Some(""));
+    }
+}
+
+#[tokio::test]
+async fn a_polled_row_is_written_running_in_one_update() {
+    // `accepted` and `running` of a polled row would be committed together, so no reader
+    // ever saw `accepted`; the fetch writes `running` directly (one statement less per
+    // fetch). A trigger sees every UPDATE, so it tells the difference.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    sqlx::raw_sql(
+        "CREATE TABLE status_log (n INT AUTO_INCREMENT PRIMARY KEY, id INT, old_status \
+         VARCHAR(16), new_status VARCHAR(16)); \
+         CREATE TRIGGER jobs_status AFTER UPDATE ON jobs FOR EACH ROW \
+         INSERT INTO status_log (id, old_status, new_status) VALUES (NEW.id, OLD.status, NEW.status)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 1\n", ""))
+        .await
+        .unwrap();
+    let id = db.insert("t1", "waiting").await;
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    db.wait_status(id, "done").await;
+    w.shutdown().await;
+    let steps: Vec<(String, String)> =
+        sqlx::query_as("SELECT old_status, new_status FROM status_log WHERE id=? ORDER BY n")
+            .bind(id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let steps: Vec<(&str, &str)> = steps
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(steps, [("waiting", "running"), ("running", "done")]);
+}
+
+#[tokio::test]
 async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
     // Jobs that end while a fetch is open are written `done` in that fetch's transaction.
     // Each row must get its own end, NULLs and quotes included, in the same commit that
