@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 
 use crate::change::Change;
+use crate::id_hash::IdMap;
 use crate::job_table::JobTable;
 use crate::notice::Notice;
 use crate::queue::{Queue, QueueId};
@@ -27,10 +28,10 @@ use crate::{ConnId, JobId, Millis};
 pub(crate) struct Session {
     /// Held jobs, each with its lease's stamp (see [`crate::lease_timing`]): kept with the
     /// lease, so only leased jobs pay for it.
-    pub(crate) reserved: HashMap<JobId, u64>,
+    pub(crate) reserved: IdMap<JobId, u64>,
     pub(crate) wait: Option<Wait>,
     /// Jobs this session watches, with how many times (a Gearman client may attach twice).
-    pub(crate) watching: HashMap<JobId, u32>,
+    pub(crate) watching: IdMap<JobId, u32>,
 }
 
 impl Session {
@@ -63,7 +64,7 @@ pub struct Engine {
     pub(crate) by_name: HashMap<Bytes, QueueId>,
     /// Listing order of queues: creation order, a removed queue's slot taken by the last.
     pub(crate) order: Vec<QueueId>,
-    pub(crate) sessions: HashMap<ConnId, Session>,
+    pub(crate) sessions: IdMap<ConnId, Session>,
     pub(crate) timers: Timers,
     pub(crate) next_id: JobId,
     pub(crate) bury_seq: u64,
@@ -115,7 +116,7 @@ impl Engine {
             free_queue_slots: Vec::new(),
             by_name: HashMap::new(),
             order: Vec::new(),
-            sessions: HashMap::new(),
+            sessions: IdMap::default(),
             timers: Timers::default(),
             next_id: 1,
             bury_seq: 0,

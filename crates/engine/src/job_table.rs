@@ -9,12 +9,10 @@
 //! (perf: 27 % of the restart in the rehash), and a probe compares the stored hash before
 //! it touches a slot.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
+use crate::id_hash::mix;
 use crate::job::Job;
 use crate::JobId;
 
@@ -42,7 +40,6 @@ pub(crate) struct JobTable {
     /// Slots emptied by removals, reused first.
     free: Vec<u32>,
     index: HashTable<IndexEntry>,
-    hasher: RandomState,
 }
 
 impl JobTable {
@@ -55,7 +52,7 @@ impl JobTable {
     }
 
     fn hash32(&self, id: JobId) -> u32 {
-        (self.hasher.hash_one(id) >> 32) as u32
+        (mix(id) >> 32) as u32
     }
 
     fn find(&self, id: JobId) -> Option<u32> {

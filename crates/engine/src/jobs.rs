@@ -177,6 +177,10 @@ impl Engine {
             return;
         }
         let mut earlier = self.hot.take_all();
+        // One allocation for the turn's dropped bodies rather than a chain of regrowths:
+        // a freed chain of kilobyte blocks makes glibc's malloc sweep its small free
+        // chunks, the bodies', on the next large request.
+        self.dropped.reserve(earlier.len());
         for (id, at) in earlier.drain(..) {
             self.drop_body(id, at);
         }

@@ -15,6 +15,7 @@ mod ends;
 mod engine;
 pub mod flows;
 mod hot_bodies;
+mod id_hash;
 mod job;
 mod job_table;
 mod jobs;
@@ -32,6 +33,7 @@ mod waits;
 
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
+pub use id_hash::{IdHash, IdMap, IdSet};
 pub use job::{Body, Job, JobState, LogRef};
 pub use jobs::{NewJob, PutOutcome};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};

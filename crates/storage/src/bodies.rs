@@ -164,7 +164,12 @@ impl BodyFiles {
         // Before any reader can learn these places: a body's bytes are known written.
         self.written_up_to(found);
         let mut located = self.located.lock().expect("located lock");
-        located.written.append(found);
+        if located.written.is_empty() {
+            // The engine took the last ones: hand over this buffer rather than copy it.
+            std::mem::swap(&mut located.written, found);
+        } else {
+            located.written.append(found);
+        }
         self.any_located.store(true, Ordering::Release);
     }
 
