@@ -9,7 +9,7 @@
 //! pick the bucket) and the high ones (the tag), so ids a stride apart (a consumer of one
 //! queue among eight sees every eighth id) still spread over the whole table.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
 /// An odd constant with bits spread over the whole word (2^64 divided by the golden ratio).
@@ -61,9 +61,6 @@ impl BuildHasher for IdHash {
 
 /// A map keyed by a server-assigned id.
 pub type IdMap<K, V> = HashMap<K, V, IdHash>;
-
-/// A set of server-assigned ids.
-pub type IdSet<K> = HashSet<K, IdHash>;
 
 #[cfg(test)]
 mod tests {

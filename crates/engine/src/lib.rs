@@ -33,7 +33,6 @@ mod waits;
 
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
-pub use id_hash::{IdHash, IdMap, IdSet};
 pub use job::{Body, Job, JobState, LogRef};
 pub use jobs::{NewJob, PutOutcome};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};
