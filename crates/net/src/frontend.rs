@@ -112,18 +112,12 @@ async fn serve_accepted<P: Protocol>(
     match stream {
         Stream::Tcp(s) => {
             configure(protocol.as_ref(), &s);
-            let peer = Peer {
-                addr,
-                fd: s.as_raw_fd(),
-            };
+            let peer = peer_of(addr, &s);
             let (rd, wr) = s.into_split();
             serve_stream(protocol, rd, wr, peer, shutdown).await;
         }
         Stream::Unix(s) => {
-            let peer = Peer {
-                addr,
-                fd: s.as_raw_fd(),
-            };
+            let peer = peer_of(addr, &s);
             let (rd, wr) = s.into_split();
             serve_stream(protocol, rd, wr, peer, shutdown).await;
         }
@@ -140,28 +134,29 @@ fn place_accepted<P: Protocol>(
     placement: Arc<Placement>,
     slot: Slot,
 ) -> std::io::Result<()> {
+    let open = |peer: &Peer| Conn::open(protocol.clone(), peer, shutdown);
     match stream {
         Stream::Tcp(s) => {
             configure(protocol.as_ref(), &s);
-            let peer = Peer {
-                addr,
-                fd: s.as_raw_fd(),
-            };
+            let peer = peer_of(addr, &s);
             let s = s.into_std()?;
-            let conn = Conn::open(protocol.clone(), &peer, shutdown);
-            hop::place(conn, s, placement, slot);
+            hop::place(open(&peer), s, placement, slot);
         }
         Stream::Unix(s) => {
-            let peer = Peer {
-                addr,
-                fd: s.as_raw_fd(),
-            };
+            let peer = peer_of(addr, &s);
             let s = s.into_std()?;
-            let conn = Conn::open(protocol.clone(), &peer, shutdown);
-            hop::place(conn, s, placement, slot);
+            hop::place(open(&peer), s, placement, slot);
         }
     }
     Ok(())
+}
+
+/// Who is on the other end, as sessions and admin commands show it.
+fn peer_of(addr: String, socket: &impl AsRawFd) -> Peer {
+    Peer {
+        addr,
+        fd: socket.as_raw_fd(),
+    }
 }
 
 fn configure<P: Protocol>(protocol: &P, s: &tokio::net::TcpStream) {
