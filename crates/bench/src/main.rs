@@ -8,6 +8,7 @@
 mod beanstalk;
 mod conn;
 mod floor;
+mod floor_tokio;
 mod flow_hops;
 mod flows;
 mod gearman;
@@ -54,6 +55,14 @@ enum Cmd {
         /// Where to listen (loopback); the bound address is printed first.
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
+        /// Serve from a tokio current-thread runtime, a task per connection, instead of
+        /// a hand-written epoll loop: tells the runtime's share of a server's cost.
+        #[arg(long)]
+        tokio: bool,
+        /// With --tokio: busy-wait this many microseconds before each write of answers,
+        /// standing in for a server's own work per request.
+        #[arg(long, default_value_t = 0)]
+        work_us: u64,
     },
 }
 
@@ -233,7 +242,11 @@ fn main() {
         }
         Cmd::WaitReady(w) => wait_ready(w),
         Cmd::Flows(args) => runtime(2).block_on(flows::run(args)),
-        Cmd::Floor { listen } => {
+        Cmd::Floor {
+            listen,
+            tokio,
+            work_us,
+        } => {
             let addr = conn::loopback(&listen).unwrap_or_else(|e| fail(&e));
             let listener =
                 std::net::TcpListener::bind(addr).unwrap_or_else(|e| fail(&e.to_string()));
@@ -241,7 +254,12 @@ fn main() {
                 .local_addr()
                 .unwrap_or_else(|e| fail(&e.to_string()));
             println!("floor listening on {bound}");
-            if let Err(e) = floor::run(listener) {
+            let served = if tokio {
+                floor_tokio::run(listener, std::time::Duration::from_micros(work_us))
+            } else {
+                floor::run(listener)
+            };
+            if let Err(e) = served {
                 fail(&format!("floor: {e}"));
             }
         }
