@@ -112,10 +112,7 @@ fn handle(
         };
         let line = &rest[..eol];
         if let Some(args) = line.strip_prefix(b"put ") {
-            let len: usize = std::str::from_utf8(args)
-                .ok()
-                .and_then(|a| a.rsplit(' ').next()?.parse().ok())
-                .unwrap_or(0);
+            let len = put_body_len(args);
             if rest.len() < eol + 2 + len + 2 {
                 break;
             }
@@ -161,7 +158,15 @@ fn handle(
     peer.rbuf.drain(..at);
 }
 
-fn reply_job(out: &mut Vec<u8>, id: u64, body: &[u8]) {
+/// The body length a `put` line announces (its last argument); 0 if it is not a number.
+pub(crate) fn put_body_len(args: &[u8]) -> usize {
+    std::str::from_utf8(args)
+        .ok()
+        .and_then(|a| a.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) fn reply_job(out: &mut Vec<u8>, id: u64, body: &[u8]) {
     out.extend_from_slice(format!("RESERVED {id} {}\r\n", body.len()).as_bytes());
     out.extend_from_slice(body);
     out.extend_from_slice(b"\r\n");

@@ -14,6 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
+use crate::floor::{put_body_len, reply_job};
+
 /// A job: its id and body.
 type Job = (u64, Vec<u8>);
 
@@ -99,10 +101,7 @@ async fn answer(input: &[u8], queue: &Rc<RefCell<Queue>>, out: &mut Vec<u8>) -> 
     let eol = input.windows(2).position(|w| w == b"\r\n")?;
     let line = &input[..eol];
     if let Some(args) = line.strip_prefix(b"put ") {
-        let len: usize = std::str::from_utf8(args)
-            .ok()
-            .and_then(|a| a.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0);
+        let len = put_body_len(args);
         let end = eol + 2 + len + 2;
         if input.len() < end {
             return None;
@@ -132,11 +131,7 @@ async fn answer(input: &[u8], queue: &Rc<RefCell<Queue>>, out: &mut Vec<u8>) -> 
             }
         };
         match job {
-            Some((id, body)) => {
-                out.extend_from_slice(format!("RESERVED {id} {}\r\n", body.len()).as_bytes());
-                out.extend_from_slice(&body);
-                out.extend_from_slice(b"\r\n");
-            }
+            Some((id, body)) => reply_job(out, id, &body),
             None => out.extend_from_slice(b"TIMED_OUT\r\n"),
         }
     } else if line.starts_with(b"delete ") {
