@@ -34,10 +34,21 @@ fn load_generator_smoke_run_against_jobyard() {
 /// put are the jobs drained, and a blocking reserve is answered when a job arrives.
 #[test]
 fn the_floor_serves_the_beanstalk_workloads() {
+    floor_serves_the_workloads(&[]);
+}
+
+/// The same of the floor on a tokio runtime, with its stand-in work per request.
+#[test]
+fn the_tokio_floor_serves_the_beanstalk_workloads() {
+    floor_serves_the_workloads(&["--tokio", "--work-us", "1"]);
+}
+
+fn floor_serves_the_workloads(options: &[&str]) {
     use std::io::{BufRead, BufReader};
     let bench = env!("CARGO_BIN_EXE_jobyard-bench");
     let mut floor = Command::new(bench)
         .args(["floor", "--listen", "127.0.0.1:0"])
+        .args(options)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start the floor");
