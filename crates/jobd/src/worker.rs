@@ -524,35 +524,12 @@ impl Worker {
         if self.inner.shutting_down.load(Ordering::SeqCst) {
             return;
         }
-        let fetch_limit = self.inner.fetch_limit;
         let (wants, arm_wait) = {
             let mut st = self.inner.state.lock().unwrap();
             if st.polling || st.pending.is_empty() {
                 return;
             }
-            let pending: Vec<String> = st.pending.iter().cloned().collect();
-            let mut wants = Vec::new();
-            let mut waiting = false;
-            for t in pending {
-                if !st.sched.serves(&t) {
-                    st.pending.remove(&t);
-                    continue;
-                }
-                let free = st.sched.free(&t);
-                if !now && batching::wait_for_more(free, st.sched.concurrency(&t), fetch_limit) {
-                    waiting = true;
-                    continue;
-                }
-                let free = if fetch_limit > 0 {
-                    free.min(fetch_limit)
-                } else {
-                    free
-                };
-                if free > 0 {
-                    st.pending.remove(&t);
-                    wants.push((t, free));
-                }
-            }
+            let (wants, waiting) = fetch_wants(&mut st, now, self.inner.fetch_limit);
             if wants.is_empty() {
                 let arm = waiting && !st.batch_wait_armed;
                 if arm {
@@ -567,18 +544,24 @@ impl Worker {
             }
         };
         if arm_wait {
-            let w = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(batching::MAX_WAIT).await;
-                w.inner.state.lock().unwrap().batch_wait_armed = false;
-                w.kick_with(true);
-                w.close_carry_unless_fetching();
-            });
+            self.fetch_after_batch_wait();
         }
         if let Some(wants) = wants {
             let w = self.clone();
             tokio::spawn(async move { w.fetch(wants).await });
         }
+    }
+
+    /// Ends a batching wait at [`batching::MAX_WAIT`]: fetches whatever is free then, and
+    /// if no fetch follows, writes the ends that waited for one.
+    fn fetch_after_batch_wait(&self) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(batching::MAX_WAIT).await;
+            w.inner.state.lock().unwrap().batch_wait_armed = false;
+            w.kick_with(true);
+            w.close_carry_unless_fetching();
+        });
     }
 
     async fn fetch(&self, wants: Vec<(String, u64)>) {
@@ -1025,6 +1008,36 @@ impl Drop for Place {
 }
 
 /// Counts rows taken (the protocol's `jobs_created`).
+/// The pending targets to fetch now and how many rows each (its free slots, capped by
+/// `fetch_limit`), dropping targets no longer served; also whether a busy target was left
+/// pending to wait for more free slots (never when `now`).
+fn fetch_wants(st: &mut State, now: bool, fetch_limit: u64) -> (Vec<(String, u64)>, bool) {
+    let pending: Vec<String> = st.pending.iter().cloned().collect();
+    let mut wants = Vec::new();
+    let mut waiting = false;
+    for t in pending {
+        if !st.sched.serves(&t) {
+            st.pending.remove(&t);
+            continue;
+        }
+        let free = st.sched.free(&t);
+        if !now && batching::wait_for_more(free, st.sched.concurrency(&t), fetch_limit) {
+            waiting = true;
+            continue;
+        }
+        let free = if fetch_limit > 0 {
+            free.min(fetch_limit)
+        } else {
+            free
+        };
+        if free > 0 {
+            st.pending.remove(&t);
+            wants.push((t, free));
+        }
+    }
+    (wants, waiting)
+}
+
 fn count_created(m: &JobdMetrics, n: usize) {
     m.protocol
         .jobs_created
