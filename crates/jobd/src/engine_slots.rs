@@ -288,6 +288,10 @@ impl Scheduler for EngineScheduler {
         }
     }
 
+    fn concurrency(&self, target: &str) -> u64 {
+        self.get(target).map_or(0, |t| u64::from(t.concurrency))
+    }
+
     fn push(&mut self, target: &str, id: u64) {
         let Some(q) = self.get(target).map(|t| t.queue) else {
             return;

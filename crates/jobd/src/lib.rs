@@ -11,6 +11,8 @@
 //! job for any queue).
 
 #[cfg(feature = "mysql")]
+pub mod batching;
+#[cfg(feature = "mysql")]
 pub mod carry;
 pub mod config;
 #[cfg(feature = "mysql")]

@@ -54,6 +54,9 @@ pub trait Scheduler: Send + 'static {
     fn set_paused(&mut self, target: &str, paused: bool);
     /// How many more rows the target can take now (0 when paused or full).
     fn free(&self, target: &str) -> u64;
+    /// The target's limit of jobs at once (0 if it is not served): with [`Scheduler::free`],
+    /// how full it is, which decides whether a fetch waits for more free slots.
+    fn concurrency(&self, target: &str) -> u64;
     /// Queues an accepted job (FIFO per target).
     fn push(&mut self, target: &str, id: u64);
     /// Jobs that may start now, each counted as running from here on.

@@ -19,6 +19,7 @@ use serde_json::{json, Map, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
+use crate::batching;
 use crate::carry::{Carried, Carry};
 use crate::config::JobdConfig;
 use crate::engine_slots::EngineScheduler;
@@ -41,6 +42,10 @@ struct State {
     /// Targets a poll asked for that are not fetched yet (parked while full or paused).
     pending: BTreeSet<String>,
     polling: bool,
+    /// A busy target's fetch is waiting for more free slots (see [`batching`]): a timer
+    /// will fetch anyway at the end of [`batching::MAX_WAIT`]; the carry stays open
+    /// meanwhile, since a fetch will come.
+    batch_wait_armed: bool,
     retry_armed: bool,
     retry_pause: Duration,
     /// run-manual callers, by job id.
@@ -241,6 +246,7 @@ impl Worker {
                     sched,
                     pending: BTreeSet::new(),
                     polling: false,
+                    batch_wait_armed: false,
                     retry_armed: false,
                     retry_pause: Duration::from_millis(200),
                     waiters: HashMap::new(),
@@ -507,41 +513,55 @@ impl Worker {
         Ok(Value::Object(out))
     }
 
-    /// Starts a fetch for pending targets with free slots, unless one is running.
+    /// Starts a fetch for pending targets with free slots, unless one is running. A busy
+    /// target waits for more free slots (see [`batching`]).
     fn kick(&self) {
+        self.kick_with(false);
+    }
+
+    /// [`Worker::kick`]; `now` fetches busy targets too (the batching wait is over).
+    fn kick_with(&self, now: bool) {
         if self.inner.shutting_down.load(Ordering::SeqCst) {
             return;
         }
-        let wants: Vec<(String, u64)> = {
+        let (wants, arm_wait) = {
             let mut st = self.inner.state.lock().unwrap();
             if st.polling || st.pending.is_empty() {
                 return;
             }
-            let pending: Vec<String> = st.pending.iter().cloned().collect();
-            let mut wants = Vec::new();
-            for t in pending {
-                if !st.sched.serves(&t) {
-                    st.pending.remove(&t);
-                    continue;
-                }
-                let mut free = st.sched.free(&t);
-                if self.inner.fetch_limit > 0 {
-                    free = free.min(self.inner.fetch_limit);
-                }
-                if free > 0 {
-                    st.pending.remove(&t);
-                    wants.push((t, free));
-                }
-            }
+            let (wants, waiting) = fetch_wants(&mut st, now, self.inner.fetch_limit);
             if wants.is_empty() {
-                return;
+                let arm = waiting && !st.batch_wait_armed;
+                if arm {
+                    st.batch_wait_armed = true;
+                    st.carry.open();
+                }
+                (None, arm)
+            } else {
+                st.polling = true;
+                st.carry.open();
+                (Some(wants), false)
             }
-            st.polling = true;
-            st.carry.open();
-            wants
         };
+        if arm_wait {
+            self.fetch_after_batch_wait();
+        }
+        if let Some(wants) = wants {
+            let w = self.clone();
+            tokio::spawn(async move { w.fetch(wants).await });
+        }
+    }
+
+    /// Ends a batching wait at [`batching::MAX_WAIT`]: fetches whatever is free then, and
+    /// if no fetch follows, writes the ends that waited for one.
+    fn fetch_after_batch_wait(&self) {
         let w = self.clone();
-        tokio::spawn(async move { w.fetch(wants).await });
+        tokio::spawn(async move {
+            tokio::time::sleep(batching::MAX_WAIT).await;
+            w.inner.state.lock().unwrap().batch_wait_armed = false;
+            w.kick_with(true);
+            w.close_carry_unless_fetching();
+        });
     }
 
     async fn fetch(&self, wants: Vec<(String, u64)>) {
@@ -634,7 +654,7 @@ impl Worker {
     fn close_carry_unless_fetching(&self) {
         let left = {
             let mut st = self.inner.state.lock().unwrap();
-            if st.polling {
+            if st.polling || st.batch_wait_armed {
                 return;
             }
             st.carry.close()
@@ -988,6 +1008,36 @@ impl Drop for Place {
 }
 
 /// Counts rows taken (the protocol's `jobs_created`).
+/// The pending targets to fetch now and how many rows each (its free slots, capped by
+/// `fetch_limit`), dropping targets no longer served; also whether a busy target was left
+/// pending to wait for more free slots (never when `now`).
+fn fetch_wants(st: &mut State, now: bool, fetch_limit: u64) -> (Vec<(String, u64)>, bool) {
+    let pending: Vec<String> = st.pending.iter().cloned().collect();
+    let mut wants = Vec::new();
+    let mut waiting = false;
+    for t in pending {
+        if !st.sched.serves(&t) {
+            st.pending.remove(&t);
+            continue;
+        }
+        let free = st.sched.free(&t);
+        if !now && batching::wait_for_more(free, st.sched.concurrency(&t), fetch_limit) {
+            waiting = true;
+            continue;
+        }
+        let free = if fetch_limit > 0 {
+            free.min(fetch_limit)
+        } else {
+            free
+        };
+        if free > 0 {
+            st.pending.remove(&t);
+            wants.push((t, free));
+        }
+    }
+    (wants, waiting)
+}
+
 fn count_created(m: &JobdMetrics, n: usize) {
     m.protocol
         .jobs_created

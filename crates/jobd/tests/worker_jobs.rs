@@ -288,6 +288,42 @@ async fn fetch_takes_only_free_slots_no_hoarding() {
 }
 
 #[tokio::test]
+async fn a_busy_target_whose_jobs_do_not_end_still_fetches_a_new_row() {
+    // A fetch for a target with most of its slots busy waits for more slots to free up
+    // (batching.rs), but not for ever: with 7 of 8 slots held by jobs that never end,
+    // a new row must still be taken and run.
+    let db = test_db().await;
+    let jobs = Jobs::new();
+    let w = start_jobd(worker_config(&db, &jobs, "t1 = 8\n", ""))
+        .await
+        .unwrap();
+    let mut long = Vec::new();
+    for _ in 0..7 {
+        let id = db.insert("t1", "waiting").await;
+        jobs.script(
+            id,
+            "touch \"$d/s-$1\"; while [ ! -f \"$d/go\" ]; do sleep 0.01; done\n",
+        );
+        long.push(id);
+    }
+    let mut c = Client::connect(w.addr).await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    for id in &long {
+        jobs.wait_file(&format!("s-{id}")).await;
+    }
+    let late = db.insert("t1", "waiting").await;
+    c.ok("poll", json!({"targets": ["t1"]})).await;
+    let row = db.wait_status(late, "done").await;
+    assert_eq!(row.result.as_deref(), Some("ok"));
+    assert_eq!(db.count("running").await, 7, "the long jobs still run");
+    std::fs::write(jobs.path("go"), "").unwrap();
+    for id in long {
+        db.wait_status(id, "done").await;
+    }
+    w.shutdown().await;
+}
+
+#[tokio::test]
 async fn pause_really_stops_starting_jobs_and_continue_resumes() {
     // Bug 2: in jobd a poll or run-manual into a paused target ran the jobs anyway.
     let db = test_db().await;
