@@ -1007,7 +1007,6 @@ impl Drop for Place {
     }
 }
 
-/// Counts rows taken (the protocol's `jobs_created`).
 /// The pending targets to fetch now and how many rows each (its free slots, capped by
 /// `fetch_limit`), dropping targets no longer served; also whether a busy target was left
 /// pending to wait for more free slots (never when `now`).
@@ -1038,6 +1037,7 @@ fn fetch_wants(st: &mut State, now: bool, fetch_limit: u64) -> (Vec<(String, u64
     (wants, waiting)
 }
 
+/// Counts rows taken (the protocol's `jobs_created`).
 fn count_created(m: &JobdMetrics, n: usize) {
     m.protocol
         .jobs_created
