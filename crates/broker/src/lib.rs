@@ -13,6 +13,7 @@
 //! metrics registry ([`Broker::metrics`]).
 
 pub mod budget;
+mod dropped;
 mod durability;
 pub mod labelled;
 pub mod lease_latency;
@@ -170,22 +171,23 @@ impl Broker {
             core: self.core.lock().unwrap_or_else(|e| e.into_inner()),
             lsn: 0,
             handed_off: false,
-            dropped: Vec::new(),
+            dropped: dropped::DroppedBodies::default(),
         };
         // Bodies the log has written (or compaction moved) since the last turn: the
         // engine keeps their places instead. Done before anything reads a body, so a body
         // is never looked for in a file compaction has already let go of.
         if let Some(log) = &self.log {
-            let located = log.take_located();
+            let mut located = log.take_located();
             if !located.is_empty() {
                 let engine = &mut txn.core.engine;
                 for (id, at) in located.moved {
                     engine.body_moved(id, at);
                 }
                 if !located.written.is_empty() {
-                    engine.bodies_written(located.written);
+                    engine.bodies_written(located.written.drain(..));
                 }
-                txn.dropped = txn.core.engine.take_dropped_bodies();
+                log.give_back_located(located.written);
+                txn.dropped.take_from(&mut txn.core.engine);
             }
         }
         txn
@@ -284,7 +286,7 @@ pub struct Txn<'a> {
     handed_off: bool,
     /// Bodies the engine let go of this turn: declared after `core`, so they are freed
     /// after the lock is released, not while every other connection waits for it.
-    dropped: Vec<Box<[u8]>>,
+    dropped: dropped::DroppedBodies,
 }
 
 impl Txn<'_> {

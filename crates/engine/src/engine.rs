@@ -98,7 +98,7 @@ pub struct Engine {
     /// Written bodies still kept in memory (see [`crate::hot_bodies`]).
     pub(crate) hot: crate::hot_bodies::HotBodies,
     /// Bodies replaced by their places in the log, not yet freed: the caller frees them
-    /// after it lets go of the engine's lock ([`Engine::take_dropped_bodies`]).
+    /// after it lets go of the engine's lock ([`Engine::move_dropped_bodies`]).
     pub(crate) dropped: Vec<Box<[u8]>>,
 }
 

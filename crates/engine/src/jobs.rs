@@ -11,6 +11,10 @@ use crate::{Engine, JobId, Millis};
 /// decide when compaction pays off.
 const RECORD_OVERHEAD: u64 = 56;
 
+/// Entries of the dropped-bodies list kept allocated between turns (16 bytes each): a
+/// usual turn's fit; the list of a larger one is let go.
+const KEEP_DROPPED_LIST: usize = 16 << 10;
+
 /// Everything a new job is made of; [`Engine::put_job`] takes it.
 #[derive(Clone, Debug, Default)]
 pub struct NewJob {
@@ -177,9 +181,8 @@ impl Engine {
             return;
         }
         let mut earlier = self.hot.take_all();
-        // One allocation for the turn's dropped bodies rather than a chain of regrowths:
-        // a freed chain of kilobyte blocks makes glibc's malloc sweep its small free
-        // chunks, the bodies', on the next large request.
+        // Grown once, not in steps: `dropped` keeps its memory from turn to turn (see
+        // [`Engine::move_dropped_bodies`]).
         self.dropped.reserve(earlier.len());
         for (id, at) in earlier.drain(..) {
             self.drop_body(id, at);
@@ -215,11 +218,18 @@ impl Engine {
         self.hot.len()
     }
 
-    /// Bodies whose jobs now name their places in the log instead. Freeing a turn's worth
-    /// of bodies takes time; a caller holding a lock others wait for frees them after it
-    /// lets go (otherwise they go with the next turn's).
-    pub fn take_dropped_bodies(&mut self) -> Vec<Box<[u8]>> {
-        std::mem::take(&mut self.dropped)
+    /// Moves the bodies whose jobs now name their places in the log instead into `into`.
+    /// Freeing a turn's worth of bodies takes time; a caller holding a lock others wait
+    /// for frees them after it lets go (otherwise they go with the next turn's). Moved,
+    /// not handed over in a new `Vec`: the engine's list keeps its memory, and a caller
+    /// that reuses `into` too frees no kilobyte-sized block per turn, which with glibc's
+    /// malloc would sweep the bodies just freed out of its fast bins (docs/performance.md,
+    /// the put cost).
+    pub fn move_dropped_bodies(&mut self, into: &mut Vec<Box<[u8]>>) {
+        into.append(&mut self.dropped);
+        if self.dropped.capacity() > KEEP_DROPPED_LIST {
+            self.dropped = Vec::new(); // an unusual turn's list is not kept for ever
+        }
     }
 
     fn drop_body(&mut self, id: JobId, at: LogRef) {

@@ -6,6 +6,7 @@
 
 mod compat;
 mod gearmand_compat;
+mod malloc_tuning;
 mod run;
 mod settings;
 mod wmp_cli;
@@ -101,6 +102,7 @@ fn main() {
             Cmd::WmpDevice(args) => std::process::exit(wmp_cli::device(args)),
         }
     };
+    malloc_tuning::for_server();
     std::process::exit(run::run(settings));
 }
 

@@ -67,6 +67,10 @@ pub(crate) struct BodyFiles {
     ahead: Mutex<ReadAhead>,
 }
 
+/// Entries (16 bytes each) of a list of places kept for the next write: a usual write's
+/// fit; the list of an unusually large one is let go.
+pub(crate) const KEEP_PLACES: usize = 16 << 10;
+
 /// Indices above this do not fit a [`LogRef`]'s 48-bit position (with 32 bits of offset):
 /// bodies of later files simply stay in memory.
 const MAX_INDEX: u32 = (LogRef::MAX_POS >> 32) as u32;
@@ -171,6 +175,22 @@ impl BodyFiles {
             located.written.append(found);
         }
         self.any_located.store(true, Ordering::Release);
+    }
+
+    /// Takes back the emptied `written` list of places the engine took (in
+    /// [`Self::take_located`]), for [`Self::publish`] to swap with the writer's next list.
+    /// Two lists then go round between the writer and the engine and no write allocates
+    /// or frees one: a list of a few kilobytes freed each write made glibc's malloc sweep
+    /// the bodies freed just before out of its fast bins (docs/performance.md, the put
+    /// cost). A list given back while newer places wait is let go.
+    pub fn give_back(&self, mut spent: Vec<(JobId, LogRef)>) {
+        spent.clear();
+        let mut located = self.located.lock().expect("located lock");
+        let room = located.written.capacity();
+        if located.written.is_empty() && room < spent.capacity() && spent.capacity() <= KEEP_PLACES
+        {
+            std::mem::swap(&mut located.written, &mut spent);
+        }
     }
 
     /// Hands the places of bodies compaction copied to the engine's next turn.

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use jobyard_engine::Change;
 
-use jobyard_engine::LogRef;
+use jobyard_engine::{JobId, LogRef};
 
-use crate::bodies::{BodyFiles, FileKey, Located};
+use crate::bodies::{BodyFiles, FileKey, Located, KEEP_PLACES};
 use crate::codec::{encode_change, encode_segment_end};
 use crate::files::{
     create_segment, free_bytes, header, list, preallocate, release_preallocation, segment_path,
@@ -158,6 +158,8 @@ struct WriterState {
     segment: Segment,
     spare: Vec<u8>,
     spare_bodies: Vec<PendingBody>,
+    /// The places a write found, kept from write to write (see [`BodyFiles::give_back`]).
+    spare_found: Vec<(JobId, LogRef)>,
     last_sync: Instant,
     unsynced: bool,
     /// No new segment could be made (or its space reserved): new jobs are refused and
@@ -232,6 +234,7 @@ impl Log {
                 segment,
                 spare: Vec::new(),
                 spare_bodies: Vec::new(),
+                spare_found: Vec::new(),
                 last_sync: Instant::now(),
                 unsynced: false,
                 full,
@@ -337,6 +340,15 @@ impl Log {
             .bodies
             .as_ref()
             .map_or_else(Located::default, BodyFiles::take_located)
+    }
+
+    /// Returns the `written` list of a [`Located`] the engine has finished with, so the
+    /// writer's next places go into memory already allocated (see
+    /// [`BodyFiles::give_back`]).
+    pub fn give_back_located(&self, written: Vec<(JobId, LogRef)>) {
+        if let Some(bodies) = &self.shared.bodies {
+            bodies.give_back(written);
+        }
     }
 
     /// Bodies read back from the log so far, and the `pread`s that read them (fewer when
@@ -770,7 +782,7 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     let mut snapshot = snapshot;
     let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
     let mut bodies = std::mem::take(&mut w.spare_bodies);
-    let mut found = Vec::new();
+    let mut found = std::mem::take(&mut w.spare_found);
     let first = (w.segment.body_index, w.segment.len);
     let mut written = write_data(shared, w, &data[..at], &mut snapshot);
     if written {
@@ -794,6 +806,10 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
     }
     if let Some(b) = &shared.bodies {
         b.publish(&mut found);
+    }
+    found.clear();
+    if found.capacity() <= KEEP_PLACES {
+        w.spare_found = found;
     }
     bodies.clear();
     w.spare_bodies = bodies;

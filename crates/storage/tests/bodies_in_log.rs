@@ -299,20 +299,24 @@ fn written_bodies_stay_in_memory_for_one_turn_within_the_budget_and_then_read_ba
         kept
     );
     // The dropped bodies wait for the caller to free them outside its lock.
-    let dropped = e.take_dropped_bodies();
+    let mut dropped = Vec::new();
+    e.move_dropped_bodies(&mut dropped);
     assert_eq!(dropped.len(), ids.len() - kept);
     assert_eq!(
         &dropped[0][..],
         &body_of(ids[0])[..],
         "the oldest went first"
     );
-    assert!(e.take_dropped_bodies().is_empty(), "handed over once");
+    dropped.clear();
+    e.move_dropped_bodies(&mut dropped);
+    assert!(dropped.is_empty(), "handed over once");
     // The next turn that learns of newer bodies drops the ones kept, and keeps its own.
     let newer = put_jobs(&mut e, &log, q, 20);
     learn_places(&mut e, &log);
     assert!(kept_in_memory(&e, &ids).iter().all(|&m| !m));
     assert!(kept_in_memory(&e, &newer).iter().all(|&m| m));
-    assert_eq!(e.take_dropped_bodies().len(), kept);
+    e.move_dropped_bodies(&mut dropped);
+    assert_eq!(dropped.len(), kept);
     assert_bodies_read_back(&e, &log, &ids);
 }
 
@@ -361,4 +365,27 @@ fn compact_deleting(e: &mut Engine, log: &Log, first: JobId) {
         assert!(Instant::now() < deadline, "snapshot never finished");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+#[test]
+fn two_lists_of_places_go_round_between_the_writer_and_the_engine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_with_segments(dir.path(), FsyncMode::Never, 1 << 20);
+    let mut e = Engine::new();
+    let q = e.queue_id_or_create(b"q");
+    let mut lists = Vec::new();
+    for _ in 0..4 {
+        put_jobs(&mut e, &log, q, 20); // one write
+        let mut found = log.take_located();
+        assert_eq!(found.written.len(), 20);
+        lists.push(found.written.as_ptr());
+        e.bodies_written(found.written.drain(..));
+        log.give_back_located(found.written);
+    }
+    // The first two writes made the two lists; from then on each write reuses the one the
+    // engine gave back two writes before.
+    assert_ne!(lists[0], lists[1], "both lists are alive at once");
+    assert_eq!(lists[2], lists[0]);
+    assert_eq!(lists[3], lists[1]);
+    log.close();
 }
