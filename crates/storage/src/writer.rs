@@ -172,6 +172,8 @@ struct WriterState {
     full: bool,
     /// When making a segment was last tried while `full`.
     last_probe: Instant,
+    /// When the last few batches were written: claims are for a quiet log only.
+    recent: claim::RecentBatches,
 }
 
 /// The append side of the log, shared by every connection.
@@ -243,6 +245,7 @@ impl Log {
                 unsynced: false,
                 full,
                 last_probe: Instant::now(),
+                recent: claim::RecentBatches::default(),
             }),
         });
         let worker = shared.clone();
@@ -835,6 +838,9 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
         sync_or_die(&w.segment);
         w.last_sync = Instant::now();
         w.unsynced = false;
+    }
+    if !data.is_empty() {
+        w.recent.note(Instant::now());
     }
     if records > 0 {
         shared.records_written.fetch_add(records, Ordering::Relaxed);

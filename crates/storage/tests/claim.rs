@@ -68,6 +68,10 @@ fn recovered_puts(dir: &Path) -> Vec<JobId> {
 /// just started), it takes the claimed records over, and the attempt goes its way.
 const ATTEMPTS: u64 = 200;
 
+/// Between attempts: a log that wrote many batches within a few ms is busy and claims
+/// nothing (`claim::BUSY_BATCHES`); attempts this far apart keep it quiet.
+const PAUSE: Duration = Duration::from_millis(3);
+
 #[test]
 fn a_lone_claimed_append_is_synced_by_its_caller_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,6 +91,7 @@ fn a_lone_claimed_append_is_synced_by_its_caller_alone() {
             break;
         }
         wait_durable(&log, lsn);
+        std::thread::sleep(PAUSE);
     }
     let last = synced_inline.expect("no claim was ever synced by its caller");
 
@@ -112,6 +117,7 @@ fn an_append_behind_a_claim_takes_both_to_the_writer_thread_in_one_batch() {
             shared = true;
             break;
         }
+        std::thread::sleep(PAUSE);
     }
     assert!(shared, "two transactions never shared one write and sync");
 }
@@ -135,6 +141,7 @@ fn a_second_claim_while_one_is_open_is_not_claimed_and_shares_the_batch() {
             shared = true;
             break;
         }
+        std::thread::sleep(PAUSE);
     }
     assert!(shared, "two transactions never shared one write and sync");
 }

@@ -12,11 +12,40 @@
 //! share one fsync, and the group commit of a busy server is unchanged.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use jobyard_engine::Change;
 
 use super::{write_batch, FsyncMode, Log};
 use crate::Lsn;
+
+/// A log that wrote this many batches within [`BUSY_WINDOW`] is busy: its transactions
+/// go to the writer thread, which batches them. On a busy log a claim finds the writer
+/// idle only between two batches, and syncing there costs a lone fsync and a thread
+/// hand-off per transaction: measured, saturated flows lost about half their throughput
+/// (docs/benchmarks.md, "Flows"). A quiet flow makes 4-5 syncs in a few ms.
+const BUSY_BATCHES: usize = 8;
+const BUSY_WINDOW: Duration = Duration::from_millis(10);
+
+/// When the last [`BUSY_BATCHES`] batches were written (a ring, oldest next).
+#[derive(Default)]
+pub(super) struct RecentBatches {
+    ends: [Option<Instant>; BUSY_BATCHES],
+    next: usize,
+}
+
+impl RecentBatches {
+    /// Notes a batch written at `now`.
+    pub(super) fn note(&mut self, now: Instant) {
+        self.ends[self.next] = Some(now);
+        self.next = (self.next + 1) % BUSY_BATCHES;
+    }
+
+    /// Whether fewer than [`BUSY_BATCHES`] batches were written in the last [`BUSY_WINDOW`].
+    fn quiet(&self, now: Instant) -> bool {
+        self.ends[self.next].is_none_or(|oldest| now.duration_since(oldest) >= BUSY_WINDOW)
+    }
+}
 
 /// Records appended by [`Log::append_claiming`]. When `claimed`, nobody else will write
 /// them: [`Claim::sync`] does, and dropping an unsynced claim hands them to the writer
@@ -47,7 +76,10 @@ impl Log {
             && !shared.failing.load(Ordering::Acquire)
             // Free now, so it is free until the claim is resolved: only a woken writer
             // thread takes it, and nobody wakes it for claimed records.
-            && shared.writer.try_lock().is_ok();
+            && shared
+                .writer
+                .try_lock()
+                .is_ok_and(|w| w.recent.quiet(Instant::now()));
         if claimed {
             p.claimed = true;
         } else if lone || std::mem::take(&mut p.claimed) {
@@ -105,5 +137,24 @@ impl Drop for Claim<'_> {
         if std::mem::take(&mut p.claimed) {
             shared.wake.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_is_quiet_until_it_wrote_the_busy_count_within_the_window() {
+        let start = Instant::now();
+        let mut recent = RecentBatches::default();
+        for i in 0..BUSY_BATCHES - 1 {
+            recent.note(start + Duration::from_millis(i as u64));
+            assert!(recent.quiet(start + Duration::from_millis(i as u64)));
+        }
+        recent.note(start + Duration::from_millis(BUSY_BATCHES as u64));
+        assert!(!recent.quiet(start + Duration::from_millis(BUSY_BATCHES as u64)));
+        // The oldest of them (at `start`) leaves the window.
+        assert!(recent.quiet(start + BUSY_WINDOW));
     }
 }
