@@ -58,8 +58,9 @@ pub struct Claim<'a> {
 }
 
 impl Log {
-    /// Like [`Log::append`], but in `always` mode, when nothing else is pending and no
-    /// batch is being written, the writer thread is not woken: the returned claim's
+    /// Like [`Log::append`], but in `always` mode, when nothing else is pending, no batch
+    /// is being written and the log is quiet ([`BUSY_BATCHES`]), the writer thread is not
+    /// woken: the returned claim's
     /// [`Claim::sync`] writes and syncs the records on the caller's thread instead.
     /// Otherwise (or in the other modes) the records go the usual way and the claim holds
     /// nothing to do.
@@ -82,10 +83,11 @@ impl Log {
                 .is_ok_and(|w| w.recent.quiet(Instant::now()));
         if claimed {
             p.claimed = true;
-        } else if lone || std::mem::take(&mut p.claimed) {
-            if shared.options.fsync == FsyncMode::Always {
-                shared.wake.notify_one();
-            }
+        } else if (lone || std::mem::take(&mut p.claimed))
+            && shared.options.fsync == FsyncMode::Always
+        {
+            // Anyone else's claim ends here: the writer thread takes both.
+            shared.wake.notify_one();
         }
         Claim {
             log: self,
