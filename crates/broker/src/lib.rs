@@ -14,7 +14,6 @@
 
 pub mod budget;
 mod durability;
-mod inline_sync;
 pub mod labelled;
 pub mod lease_latency;
 mod mailbox;
@@ -32,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use jobyard_engine::{Body, ConnId, Engine, Job, JobId, Millis, NoticeKind};
-use jobyard_storage::{Claim, DirLock, Log};
+use jobyard_storage::{DirLock, Log};
 use tokio::sync::Notify;
 
 pub use durability::Compaction;
@@ -288,7 +287,7 @@ pub struct Txn<'a> {
     dropped: Vec<Box<[u8]>>,
 }
 
-impl<'a> Txn<'a> {
+impl Txn<'_> {
     /// A job's body, read back from the log when only the log holds it.
     pub fn body<'j>(&self, job: &'j Job) -> std::io::Result<Cow<'j, [u8]>> {
         match (&job.body, &self.broker.log) {
@@ -309,41 +308,15 @@ impl<'a> Txn<'a> {
     /// connection's waiting lease. A front end that answers both after the same fsync
     /// uses it to let the lease's answer go first: the lease's holder starts the next
     /// step of the work, the reporter's answer only frees it.
-    ///
-    /// Meant for the front ends on the multi-threaded runtime (HTTP): when the log writer
-    /// is idle and this transaction is all there is to write, its records are written and
-    /// fdatasynced here, on this thread, after the engine lock is released
-    /// ([`inline_sync`]), which saves the two thread wake-ups of a hand-off to the writer
-    /// thread. The caller still awaits [`Broker::wait_durable`], which then returns at once.
     pub fn commit_handing_off(mut self) -> (Lsn, bool) {
-        let claim = self.flush_claiming(true);
-        let out = (self.lsn, self.handed_off);
-        // Release the engine lock first: other connections go on during the fsync.
-        drop(self);
-        if let Some(claim) = claim {
-            inline_sync::sync_claimed(claim);
-        }
-        out
+        self.flush();
+        (self.lsn, self.handed_off)
     }
 
     fn flush(&mut self) {
-        let unclaimed = self.flush_claiming(false);
-        debug_assert!(unclaimed.is_none());
-    }
-
-    /// Sends the changes to the log (claiming them when `claiming` and the log allows:
-    /// see [`Log::append_claiming`]) and the notices to their connections.
-    fn flush_claiming(&mut self, claiming: bool) -> Option<Claim<'a>> {
-        let log: Option<&'a Log> = self.broker.log.as_ref();
         let core = &mut *self.core;
-        let mut claim = None;
         if core.engine.has_changes() {
-            match log {
-                Some(log) if claiming => {
-                    let c = log.append_claiming(core.engine.take_changes());
-                    self.lsn = c.lsn();
-                    claim = Some(c);
-                }
+            match &self.broker.log {
                 Some(log) => self.lsn = log.append(core.engine.take_changes()),
                 None => {
                     core.engine.take_changes();
@@ -371,7 +344,6 @@ impl<'a> Txn<'a> {
                 self.broker.timer_changed.notify_one();
             }
         }
-        claim
     }
 }
 

@@ -28,7 +28,7 @@ pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
-pub use writer::{Claim, FsyncMode, Log, LogOptions, SnapshotFeed};
+pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 
 pub use jobyard_engine::Change;
 

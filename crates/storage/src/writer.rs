@@ -23,9 +23,6 @@ use crate::files::{
 use crate::stats::{sync_stats, LogStats};
 use crate::Lsn;
 
-mod claim;
-pub use claim::Claim;
-
 /// When the log forces data to stable storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncMode {
@@ -125,10 +122,6 @@ struct Pending {
     appended: Lsn,
     snapshot: Option<SnapshotRequest>,
     shutdown: bool,
-    /// The records in `buf` were appended by a caller that writes and syncs them itself
-    /// ([`Log::append_claiming`]): the writer thread was not woken for them. Whoever
-    /// appends next, or swaps the buffer out, takes that duty over.
-    claimed: bool,
 }
 
 /// A body in the pending buffer: (job, offset in the buffer, length).
@@ -172,8 +165,6 @@ struct WriterState {
     full: bool,
     /// When making a segment was last tried while `full`.
     last_probe: Instant,
-    /// When the last few batches were written: claims are for a quiet log only.
-    recent: claim::RecentBatches,
 }
 
 /// The append side of the log, shared by every connection.
@@ -245,7 +236,6 @@ impl Log {
                 unsynced: false,
                 full,
                 last_probe: Instant::now(),
-                recent: claim::RecentBatches::default(),
             }),
         });
         let worker = shared.clone();
@@ -264,22 +254,6 @@ impl Log {
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
         let mut p = self.shared.pending.lock().expect("log lock");
         let was_empty = p.buf.is_empty();
-        let lsn = self.encode(&mut p, changes);
-        // In `always` mode the writer thread does every write. Otherwise whoever waits for
-        // the records writes them inline, and the writer thread only sweeps up, on its
-        // timer, records that nobody waits for — waking it here would cost a context
-        // switch per batch. Records a claimant meant to sync alone go to the writer
-        // thread with these: a claim covers a lone transaction only.
-        let unowned = was_empty || std::mem::take(&mut p.claimed);
-        if unowned && !p.buf.is_empty() && self.shared.options.fsync == FsyncMode::Always {
-            self.shared.wake.notify_one();
-        }
-        lsn
-    }
-
-    /// Encodes changes into the pending buffer like [`Log::append`] and returns the LSN
-    /// that covers them.
-    fn encode(&self, p: &mut Pending, changes: impl Iterator<Item = Change>) -> Lsn {
         let track = self.shared.bodies.is_some();
         for change in changes {
             encode_change(&change, &mut p.buf);
@@ -290,7 +264,15 @@ impl Log {
                 p.bodies.push((*id, at, body.len()));
             }
         }
-        p.appended
+        let lsn = p.appended;
+        // In `always` mode the writer thread does every write. Otherwise whoever waits for
+        // the records writes them inline, and the writer thread only sweeps up, on its
+        // timer, records that nobody waits for — waking it here would cost a context
+        // switch per batch.
+        if was_empty && !p.buf.is_empty() && self.shared.options.fsync == FsyncMode::Always {
+            self.shared.wake.notify_one();
+        }
+        lsn
     }
 
     /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only
@@ -780,8 +762,6 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
         std::mem::swap(&mut p.bodies, &mut w.spare_bodies);
-        // Whoever writes the buffer has done what a claimant would have.
-        p.claimed = false;
         let durable = shared.durable.load(Ordering::Relaxed);
         (p.appended, p.snapshot.take(), p.appended - durable)
     };
@@ -838,9 +818,6 @@ fn write_batch(shared: &Arc<Shared>, w: &mut WriterState, shutdown: bool) -> boo
         sync_or_die(&w.segment);
         w.last_sync = Instant::now();
         w.unsynced = false;
-    }
-    if !data.is_empty() {
-        w.recent.note(Instant::now());
     }
     if records > 0 {
         shared.records_written.fetch_add(records, Ordering::Relaxed);
