@@ -8,11 +8,7 @@
 
 use std::cell::Cell;
 
-use jobyard_engine::Engine;
-
-/// Entries (16 bytes each) of a list kept for the thread's next turn; a larger one, from
-/// an unusual turn, is let go.
-const KEEP_ENTRIES: usize = 16 << 10;
+use jobyard_engine::{Engine, KEEP_DROPPED_LIST};
 
 thread_local! {
     static SPARE: Cell<Vec<Box<[u8]>>> = const { Cell::new(Vec::new()) };
@@ -39,7 +35,7 @@ impl Drop for DroppedBodies {
             return;
         }
         self.0.clear();
-        if self.0.capacity() <= KEEP_ENTRIES {
+        if self.0.capacity() <= KEEP_DROPPED_LIST {
             let list = std::mem::take(&mut self.0);
             // During the thread's teardown the list is simply freed.
             let _ = SPARE.try_with(|spare| spare.set(list));
@@ -72,7 +68,7 @@ mod tests {
     #[test]
     fn a_very_large_list_is_not_kept() {
         let mut big = DroppedBodies::default();
-        big.0.reserve(KEEP_ENTRIES + 1);
+        big.0.reserve(KEEP_DROPPED_LIST + 1);
         drop(big);
         let mut next = DroppedBodies::default();
         next.take_from(&mut Engine::new());

@@ -11,9 +11,10 @@ use crate::{Engine, JobId, Millis};
 /// decide when compaction pays off.
 const RECORD_OVERHEAD: u64 = 56;
 
-/// Entries of the dropped-bodies list kept allocated between turns (16 bytes each): a
-/// usual turn's fit; the list of a larger one is let go.
-const KEEP_DROPPED_LIST: usize = 16 << 10;
+/// Entries of a dropped-bodies list kept allocated between turns (16 bytes each), by the
+/// engine and by callers of [`Engine::move_dropped_bodies`] that reuse theirs: a usual
+/// turn's fit; the list of a larger one is let go.
+pub const KEEP_DROPPED_LIST: usize = 16 << 10;
 
 /// Everything a new job is made of; [`Engine::put_job`] takes it.
 #[derive(Clone, Debug, Default)]

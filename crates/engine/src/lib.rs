@@ -34,7 +34,7 @@ mod waits;
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
 pub use job::{Body, Job, JobState, LogRef};
-pub use jobs::{NewJob, PutOutcome};
+pub use jobs::{NewJob, PutOutcome, KEEP_DROPPED_LIST};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};
 pub use listing::{Cursor, Page};
 pub use notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};

@@ -9,9 +9,10 @@
 //! later waits for the next fetch, which under load follows at once (the slot that end
 //! freed is one it fills); when the fetches stop, the ends still waiting go to the done
 //! writer. A fetch that waits for more free slots (`batching`) keeps the carry open: it
-//! is coming, within `batching::MAX_WAIT`. Nothing is acknowledged before it is stored: the job's task waits until the
-//! fetch has committed, and if the fetch fails its ends go to the done writer (which
-//! retries and sanitises), so a row is never left `running` by this.
+//! is coming, within `batching::MAX_WAIT`. Nothing is acknowledged before it is stored:
+//! the job's task waits until the fetch has committed, and if the fetch fails its ends go
+//! to the done writer (which retries and sanitises), so a row is never left `running` by
+//! this.
 
 use tokio::sync::oneshot;
 

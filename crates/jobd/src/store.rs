@@ -210,9 +210,9 @@ impl Store {
     /// wrote `accepted` first; in the same transaction that write was never seen by any
     /// other session, only by triggers, so it is left out (one UPDATE less per fetch:
     /// statements per job -13 % at 1x8; MariaDB CPU per job -6 to -13 % at 4x4, within
-    /// the noise at 1x8; A/B in docs/benchmarks.md#jobd). The `done` rows of `ends` (jobs that ended
-    /// meanwhile) are written in the same transaction, so they share its round trip and
-    /// its commit instead of needing their own. One round trip: the UPDATEs and the
+    /// the noise at 1x8; A/B in docs/benchmarks.md#jobd). The `done` rows of `ends` (jobs
+    /// that ended meanwhile) are written in the same transaction, so they share its round
+    /// trip and its commit instead of needing their own. One round trip: the UPDATEs and the
     /// `COMMIT` as one text batch (their id lists change every time: nothing to prepare).
     /// Returns the rows taken, now `running`. On an error nothing is written (the
     /// connection is closed, which rolls back): the caller writes `ends` another way.

@@ -147,7 +147,7 @@ pub struct ServeArgs {
     /// `adaptive`: connections on one thread while it keeps up, moved to one thread per
     /// core when it saturates (docs/performance.md); `fixed`: always `--threads` threads
     /// [default: adaptive, fixed when --threads is given].
-    #[arg(long, env = "JOBYARD_THREAD_MODEL", value_parser = parse_thread_model)]
+    #[arg(long, env = "JOBYARD_THREAD_MODEL")]
     pub thread_model: Option<jobyard_net::runtime::Model>,
     /// Address for Gearman clients and workers, or `off` [default: 127.0.0.1:4730].
     #[arg(long, env = "JOBYARD_GEARMAN_LISTEN")]
@@ -206,11 +206,6 @@ pub struct ServeArgs {
     /// `text` for people, `json` for log shippers (one object per event) [default: text].
     #[arg(long, env = "JOBYARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-}
-
-/// Parses `adaptive` or `fixed`.
-fn parse_thread_model(s: &str) -> Result<jobyard_net::runtime::Model, String> {
-    s.parse()
 }
 
 /// Parses `always`, `never` or `interval=<ms>`.
