@@ -1322,3 +1322,32 @@ fn an_abandoned_snapshot_leaves_the_log_whole() {
     assert_eq!(report.snapshot, None);
     assert_eq!(view(&r, 100), view(&e, 100));
 }
+
+/// In `never` mode the writer thread stops waking on its timer once it has found nothing
+/// to do twice in a row; a record appended after that, which nobody waits for, must still be
+/// written: the append wakes the dozing writer.
+#[test]
+fn never_mode_writes_a_record_nobody_waits_for_after_an_idle_spell() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1, options(FsyncMode::Never));
+    let mut engine = Engine::new();
+    let tube = q(&mut engine, "idle");
+    let first = put(&mut engine, tube, 1, 0, "before");
+    wait_durable(&log, commit(&mut engine, &log));
+    // At this write rate the writer sweeps once a second; the first sweep starts the
+    // writeback, the next two find nothing to do, and it dozes.
+    std::thread::sleep(Duration::from_millis(3500));
+    let second = put(&mut engine, tube, 1, 0, "after");
+    let lsn = commit(&mut engine, &log);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.durable() < lsn {
+        assert!(
+            Instant::now() < deadline,
+            "the dozing writer never wrote the record"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    log.close();
+    let (recovered, _) = recover_ok(dir.path());
+    assert_eq!(ids_of(&recovered, second), vec![first, second]);
+}
