@@ -120,6 +120,11 @@ pub(crate) struct Link<'c, P: Protocol, R, W> {
 
 impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<'_, P, R, W> {
     pub(crate) async fn run(&mut self) -> io::Result<Exit> {
+        // One wait for shutdown for the whole run: a new one per turn registered and
+        // removed a waiter under the channel's lock each time the connection slept.
+        let mut shutdown = self.conn.shutdown.clone();
+        let stopping = shutdown.changed();
+        tokio::pin!(stopping);
         loop {
             let mut lsn: Lsn = 0;
             while !self.conn.waiting {
@@ -184,7 +189,7 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<'_, P, R, W>
                         return Ok(Exit::Closed);
                     }
                 }
-                _ = c.shutdown.changed() => {
+                _ = &mut stopping => {
                     if waiting {
                         c.session.stop_waiting();
                     }
