@@ -55,6 +55,12 @@ def cpu_s(pid: int) -> float:
     return (int(stat[11]) + int(stat[12])) / CLK
 
 
+def children_cpu_s(pid: int) -> float:
+    """CPU time of the process's reaped children (the launched jobs)."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[13]) + int(stat[14])) / CLK
+
+
 def context_switches(pid: int) -> int:
     """Voluntary + involuntary context switches of all the process's live threads (each
     thread's /proc status counts its own only); a thread that ended meanwhile is missed."""
@@ -202,6 +208,7 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
     names = list(shape)
     poke = Eot(worker.port)
     cpu0, db_cpu0 = cpu_s(worker.proc.pid), cpu_s(mariadb_pid)
+    kids0 = children_cpu_s(worker.proc.pid)
     switches0 = context_switches(worker.proc.pid)
     counters0 = db.server_counters()
     t0 = time.perf_counter()
@@ -218,6 +225,7 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
         time.sleep(0.02)
     dt = time.perf_counter() - t0
     cpu = cpu_s(worker.proc.pid) - cpu0
+    kids = children_cpu_s(worker.proc.pid) - kids0
     db_cpu = cpu_s(mariadb_pid) - db_cpu0
     switches = context_switches(worker.proc.pid) - switches0
     counters = {k: v - counters0.get(k, 0) for k, v in db.server_counters().items()}
@@ -225,6 +233,7 @@ def throughput(db: Db, worker: Worker, shape: dict, n: int, batch: int, mariadb_
         "jobs": n, "seconds": round(dt, 3), "jobs_per_s": round(n / dt, 1),
         "worker_cpu_ms_per_job": round(cpu * 1000 / n, 3),
         "worker_cpu_pct": round(cpu / dt * 100, 1),
+        "launched_cpu_ms_per_job": round(kids * 1000 / n, 3),
         "worker_switches_per_job": round(switches / n, 2),
         "mariadb_cpu_ms_per_job": round(db_cpu * 1000 / n, 3),
         "statements_per_job": round(counters.get("Questions", 0) / n, 2),
