@@ -80,8 +80,11 @@ impl Placement {
     pub fn start(wide: Handle) -> std::io::Result<Arc<Placement>> {
         let doze = Arc::new(Doze::default());
         let (parks, woke) = (doze.clone(), doze.clone());
+        // I/O and timers only: byte-stream connections neither spawn processes nor wait for
+        // signals, and without those drivers each park of the thread does less.
         let narrow = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+            .enable_io()
+            .enable_time()
             .on_thread_park(move || parks.parking())
             .on_thread_unpark(move || woke.woke())
             .build()?;
