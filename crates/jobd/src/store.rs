@@ -84,6 +84,16 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
+/// Rolls back the transaction open on `conn` after an error, waiting for the server's
+/// answer (which comes once the locks are released), but not for long: a connection that
+/// does not answer is dropped by the caller anyway.
+async fn roll_back(conn: &mut sqlx::MySqlConnection) {
+    let _ = tokio::time::timeout(ROLLBACK_WAIT, conn.execute("ROLLBACK")).await;
+}
+
+/// How long [`roll_back`] waits for the server.
+const ROLLBACK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn id_list(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -173,8 +183,11 @@ impl Store {
                     claimed,
                 }),
                 Err(e) => {
-                    // The transaction may still be open on this connection: drop it
-                    // (the server rolls back) rather than use it again.
+                    // The transaction may still be open on this connection, holding locks
+                    // on rows its first SELECTs took: roll it back now (a closed
+                    // connection's locks go only when the server notices), then drop the
+                    // connection rather than use it again.
+                    roll_back(conn.conn()).await;
                     conn.discard();
                     Err(e)
                 }
@@ -214,8 +227,8 @@ impl Store {
     /// that ended meanwhile) are written in the same transaction, so they share its round
     /// trip and its commit instead of needing their own. One round trip: the UPDATEs and the
     /// `COMMIT` as one text batch (their id lists change every time: nothing to prepare).
-    /// Returns the rows taken, now `running`. On an error nothing is written (the
-    /// connection is closed, which rolls back): the caller writes `ends` another way.
+    /// Returns the rows taken, now `running`. On an error nothing is written (rolled back,
+    /// then the connection is closed): the caller writes `ends` another way.
     pub fn commit_fetch<'a>(
         &'a self,
         open: OpenFetch,
@@ -245,6 +258,11 @@ impl Store {
             match conn.conn().execute(sql.as_str()).await {
                 Ok(_) => Ok(claimed),
                 Err(e) => {
+                    // Roll back before letting go: a closed connection's locks go only when
+                    // the server notices, and the fetch that follows a refused end at once
+                    // would skip the rows still locked (SKIP LOCKED), take fewer than it
+                    // asked for, and leave them `waiting` until the next poke.
+                    roll_back(conn.conn()).await;
                     conn.discard();
                     Err(e)
                 }
