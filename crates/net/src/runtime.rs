@@ -83,7 +83,7 @@ pub fn build(thread_count: Option<usize>, model: Model) -> std::io::Result<Runti
         Model::Fixed => None,
         Model::Adaptive => {
             let placement = Placement::start(main.handle().clone())?;
-            placement.watch_load(Policy::default())?;
+            placement.watch_load(Policy::default());
             Some(placement)
         }
     };
