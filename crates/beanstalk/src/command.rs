@@ -78,23 +78,22 @@ struct Args<'a>(&'a [u8]);
 
 impl Args<'_> {
     fn number(&mut self, max: u64) -> Result<u64, ParseError> {
+        // One pass: spaces, then digits accumulated as they are checked.
         let s = self.0;
-        let start = s.iter().position(|&b| b != b' ').unwrap_or(s.len());
-        let digits = s[start..].iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 {
-            return Err(BadFormat);
-        }
+        let mut i = s.iter().take_while(|&&b| b == b' ').count();
+        let start = i;
         let mut value: u64 = 0;
-        for &d in &s[start..start + digits] {
+        while let Some(d) = s.get(i).filter(|b| b.is_ascii_digit()) {
             value = value
                 .checked_mul(10)
                 .and_then(|v| v.checked_add((d - b'0') as u64))
                 .ok_or(BadFormat)?;
+            i += 1;
         }
-        if value > max {
+        if i == start || value > max {
             return Err(BadFormat);
         }
-        self.0 = &s[start + digits..];
+        self.0 = &s[i..];
         Ok(value)
     }
     fn u32(&mut self) -> Result<u32, ParseError> {
@@ -169,7 +168,12 @@ pub fn parse_line(line: &[u8]) -> Result<Command, ParseError> {
         b"quit",
         b"pause-tube",
     ];
-    let Some(prefix) = PREFIXES.iter().find(|p| line.starts_with(p)) else {
+    // The first byte rules out most prefixes without comparing the rest.
+    let first = line.first().copied();
+    let Some(prefix) = PREFIXES
+        .iter()
+        .find(|p| Some(p[0]) == first && line.starts_with(p))
+    else {
         return Err(UnknownCommand);
     };
     let rest = &line[prefix.len()..];

@@ -112,9 +112,18 @@ impl Decoder {
                         }
                         return None;
                     };
-                    let line = buf.split_to(end + 2);
-                    let line = &line[..end];
-                    match parse_line(line) {
+                    // Parsed in place, then skipped: nothing of the line outlives it (names
+                    // are copied), and splitting it off would share the buffer for nothing.
+                    let line = &buf[..end];
+                    let parsed = parse_line(line);
+                    let too_big = match parsed {
+                        Err(ParseError::BadFormat) => put_size(line)
+                            .filter(|&n| n > self.max_job_size)
+                            .map(|n| n as usize),
+                        _ => None,
+                    };
+                    buf.advance(end + 2);
+                    match parsed {
                         Ok(Command::Put {
                             pri,
                             delay,
@@ -137,10 +146,8 @@ impl Decoder {
                             };
                         }
                         Ok(command) => return Some(Request::Command(command)),
-                        Err(ParseError::BadFormat)
-                            if put_size(line).is_some_and(|n| n > self.max_job_size) =>
-                        {
-                            let n = put_size(line).expect("checked") as usize;
+                        Err(ParseError::BadFormat) if too_big.is_some() => {
+                            let n = too_big.expect("checked");
                             self.state = State::SkipBody {
                                 left: n + 2,
                                 reply: Some(JOB_TOO_BIG),

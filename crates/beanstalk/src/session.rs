@@ -466,12 +466,13 @@ fn found(ok: bool, reply: &'static [u8]) -> &'static [u8] {
 
 fn reply_num(out: &mut BytesMut, word: &[u8], n: u64) {
     out.put_slice(word);
-    out.put_slice(itoa(n).as_bytes());
+    put_num(out, n);
     out.put_slice(b"\r\n");
 }
 
-fn itoa(n: u64) -> String {
-    n.to_string()
+/// A number in decimal, formatted on the stack: replies carry one or two per job.
+fn put_num(out: &mut BytesMut, n: u64) {
+    out.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Writes a job with its body; a body the log cannot give back gets `INTERNAL_ERROR`
@@ -487,9 +488,9 @@ fn write_job(out: &mut BytesMut, word: &[u8], txn: &Txn<'_>, job: &Job) {
     };
     out.reserve(body.len() + 48);
     out.put_slice(word);
-    out.put_slice(itoa(job.id).as_bytes());
+    put_num(out, job.id);
     out.put_u8(b' ');
-    out.put_slice(itoa(body.len() as u64).as_bytes());
+    put_num(out, body.len() as u64);
     out.put_slice(b"\r\n");
     out.put_slice(&body);
     out.put_slice(b"\r\n");
@@ -507,7 +508,7 @@ fn peek(out: &mut BytesMut, txn: &Txn<'_>, job: Option<&Job>) -> &'static [u8] {
 
 fn yaml(out: &mut BytesMut, y: &str) -> &'static [u8] {
     out.put_slice(b"OK ");
-    out.put_slice(itoa(y.len() as u64).as_bytes());
+    put_num(out, y.len() as u64);
     out.put_slice(b"\r\n");
     out.put_slice(y.as_bytes());
     b"\r\n"

@@ -100,6 +100,9 @@ pub struct Engine {
     /// Bodies replaced by their places in the log, not yet freed: the caller frees them
     /// after it lets go of the engine's lock ([`Engine::move_dropped_bodies`]).
     pub(crate) dropped: Vec<Box<[u8]>>,
+    /// Queue lists of ended waits, emptied, for the next waits to fill: a consumer waits
+    /// once per job, and a new list each time was an allocation and a free per job.
+    pub(crate) spare_wait_lists: Vec<Vec<QueueId>>,
 }
 
 impl Default for Engine {
@@ -123,6 +126,7 @@ impl Engine {
             changes: Vec::new(),
             notices: Vec::new(),
             to_serve: Vec::new(),
+            spare_wait_lists: Vec::new(),
             total_jobs: 0,
             job_timeouts: 0,
             live_bytes: 0,

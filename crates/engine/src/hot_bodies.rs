@@ -4,19 +4,26 @@
 //! the log when the job is handed out ([`crate::Body::Log`]). A queue that keeps up with
 //! its producers hands a job out right after its put, and reading those back would cost a
 //! read per job for nothing. So the bodies the engine learns were written in one turn stay
-//! in memory until the next turn that learns of newer ones (up to a budget of bytes), and
-//! only then are dropped: a job handed out meanwhile is never read back.
+//! in memory until a later turn learns of newer ones (up to a budget of bytes), and only
+//! then are dropped: a job handed out meanwhile is never read back.
 //!
-//! Why one turn and not "the newest N bytes": dropping a body costs a lookup of its job and
-//! a `free`, and both touch memory; a body of the previous turn is still in the cache, one
-//! a megabyte of puts ago is not. Keeping the newest 1 MiB cost +26 to +38 % server CPU per
-//! put (cache misses in the job lookup and in `free`, docs/performance.md); one turn costs
-//! next to nothing and covers a consumer that keeps up (it reserves within the next write).
+//! How long "until a later turn" is: at least the newest turn's bodies stay, and with them
+//! earlier ones up to [`KEEP_AT_LEAST`] bodies in all. Dropping a body costs a lookup of
+//! its job and a `free`, and both touch memory; a body of the previous turn is still in
+//! the cache, one a megabyte of puts ago is not. Keeping the newest 1 MiB cost +26 to +38 %
+//! server CPU per put (cache misses in the job lookup and in `free`, docs/performance.md),
+//! while a busy turn's many bodies fill the floor by themselves, so pipelined puts keep
+//! just their last turn as before. At moderate load a turn is one put: keeping only that
+//! one read a quarter of the bodies back (another producer's put turned over the hot set
+//! before the consumer of the first was served); the floor keeps them all.
 
 use std::collections::VecDeque;
 
 use crate::job::LogRef;
 use crate::JobId;
+
+/// However small the turns, the newest this many written bodies stay (within the budget).
+pub(crate) const KEEP_AT_LEAST: usize = 64;
 
 /// Memory an entry costs besides its body: the queue's 16 bytes, and malloc's rounding and
 /// header for the body.
@@ -47,18 +54,15 @@ impl HotBodies {
         self.written.push_back((id, at));
     }
 
-    /// The bodies of earlier turns, all of them, to drop when a new turn's arrive.
-    pub fn take_all(&mut self) -> VecDeque<(JobId, LogRef)> {
-        self.bytes = 0;
-        std::mem::take(&mut self.written)
-    }
-
-    /// Gives back the (emptied) queue taken by [`HotBodies::take_all`], keeping its memory.
-    pub fn reuse(&mut self, mut spare: VecDeque<(JobId, LogRef)>) {
-        if self.written.is_empty() {
-            spare.clear();
-            self.written = spare;
+    /// The oldest body of an earlier turn, if more than the newest turn's `newest` bodies
+    /// and more than [`KEEP_AT_LEAST`] are kept.
+    pub fn pop_earlier(&mut self, newest: usize) -> Option<(JobId, LogRef)> {
+        if self.written.len() <= newest.max(KEEP_AT_LEAST) {
+            return None;
         }
+        let (id, at) = self.written.pop_front()?;
+        self.bytes -= cost(at);
+        Some((id, at))
     }
 
     /// The oldest written body, if the queue is over its budget.
@@ -101,18 +105,36 @@ mod tests {
     }
 
     #[test]
-    fn a_new_turn_takes_every_body_of_the_earlier_ones() {
+    fn a_new_turn_leaves_the_newest_bodies_of_earlier_turns_up_to_the_floor() {
         let mut hot = HotBodies::default();
         hot.set_budget(1 << 20);
-        hot.push(1, LogRef::new(1000, 100).expect("fits"));
-        hot.push(2, LogRef::new(2000, 100).expect("fits"));
-        let old = hot.take_all();
-        assert_eq!(old.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(hot.len(), 0);
-        hot.reuse(old);
-        hot.push(3, LogRef::new(3000, 100).expect("fits"));
-        assert_eq!(hot.pop_over_budget(), None);
-        assert_eq!(hot.len(), 1);
+        let place = |id: u64| LogRef::new(id * 1000, 100).expect("fits");
+        // Small turns: earlier bodies stay until the floor is passed, then the oldest go.
+        for id in 1..=KEEP_AT_LEAST as u64 + 5 {
+            hot.push(id, place(id));
+            let mut gone = Vec::new();
+            while let Some((id, _)) = hot.pop_earlier(1) {
+                gone.push(id);
+            }
+            let expected: Vec<u64> = (id > KEEP_AT_LEAST as u64)
+                .then(|| id - KEEP_AT_LEAST as u64)
+                .into_iter()
+                .collect();
+            assert_eq!(gone, expected, "after body {id}");
+        }
+        assert_eq!(hot.len(), KEEP_AT_LEAST);
+        // A turn larger than the floor keeps itself and nothing earlier.
+        let big = KEEP_AT_LEAST as u64 * 2;
+        for id in 1000..1000 + big {
+            hot.push(id, place(id));
+        }
+        let mut gone = 0;
+        while let Some((id, _)) = hot.pop_earlier(big as usize) {
+            assert!(id < 1000, "only earlier turns' bodies go");
+            gone += 1;
+        }
+        assert_eq!(gone, KEEP_AT_LEAST);
+        assert_eq!(hot.len(), big as usize);
     }
 
     #[test]

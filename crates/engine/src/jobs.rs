@@ -158,17 +158,17 @@ impl Engine {
         PutOutcome { id }
     }
 
-    /// Keeps the bodies learned written in one turn in memory until the next turn, up to
-    /// `bytes` (see [`crate::hot_bodies`]); 0, the default, drops each as soon as it is
-    /// written.
+    /// Keeps the bodies learned written in one turn in memory until later turns bring
+    /// newer ones, up to `bytes` (see [`crate::hot_bodies`]); 0, the default, drops each as
+    /// soon as it is written.
     pub fn set_hot_body_budget(&mut self, bytes: usize) {
         self.hot.set_budget(bytes);
     }
 
     /// Tells the engine that durable jobs' bodies are now readable at these places in the
     /// log (one turn's worth, in the order written), so their copies in memory may go: the
-    /// bodies of the turn before go now, these with the next turn (or now, past the hot
-    /// budget). Ignored for a job that has ended by then, is not durable, or whose body is
+    /// bodies of earlier turns go now, but for the newest few (see [`crate::hot_bodies`]),
+    /// these with a later turn (or now, past the hot budget). Ignored for a job that has ended by then, is not durable, or whose body is
     /// not that long (nothing else may be put in its place).
     pub fn bodies_written(&mut self, places: impl IntoIterator<Item = (JobId, LogRef)>) {
         let mut places = places.into_iter().peekable();
@@ -181,19 +181,16 @@ impl Engine {
             }
             return;
         }
-        let mut earlier = self.hot.take_all();
-        // Grown once, not in steps: `dropped` keeps its memory from turn to turn (see
-        // [`Engine::move_dropped_bodies`]).
-        self.dropped.reserve(earlier.len());
-        for (id, at) in earlier.drain(..) {
-            self.drop_body(id, at);
-        }
-        self.hot.reuse(earlier);
+        let mut newest = 0;
         for (id, at) in places {
             self.hot.push(id, at);
+            newest += 1;
             while let Some((id, at)) = self.hot.pop_over_budget() {
                 self.drop_body(id, at);
             }
+        }
+        while let Some((id, at)) = self.hot.pop_earlier(newest) {
+            self.drop_body(id, at);
         }
     }
 

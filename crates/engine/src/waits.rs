@@ -42,6 +42,9 @@ pub enum ReserveOutcome {
     Waiting,
 }
 
+/// Emptied queue lists kept for new waits; past it an ended wait's list is freed.
+const SPARE_WAIT_LISTS: usize = 64;
+
 /// A blocked reserve.
 #[derive(Debug)]
 pub(crate) struct Wait {
@@ -134,8 +137,10 @@ impl Engine {
         for &q in queues {
             self.queue_mut(q).waiters.push_back(conn);
         }
+        let mut list = self.spare_wait_lists.pop().unwrap_or_default();
+        list.extend_from_slice(queues);
         self.sessions.entry(conn).or_default().wait = Some(Wait {
-            queues: queues.to_vec(),
+            queues: list,
             mode,
             lease,
             timeout_at,
@@ -145,22 +150,41 @@ impl Engine {
 
     /// Ends a connection's wait, if it has one. Returns whether it was waiting.
     pub fn cancel_wait(&mut self, conn: ConnId) -> bool {
-        let Some(wait) = self.sessions.get_mut(&conn).and_then(|s| s.wait.take()) else {
-            return false;
-        };
+        match self.take_wait(conn) {
+            Some(wait) => {
+                self.keep_wait_list(wait.queues);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends a connection's wait and returns it: its timers and its places in the queues'
+    /// waiter lists are gone.
+    fn take_wait(&mut self, conn: ConnId) -> Option<Wait> {
+        let wait = self.sessions.get_mut(&conn).and_then(|s| s.wait.take())?;
         if let Some(at) = wait.timeout_at {
             self.timers.remove(at, Timer::WaitTimeout(conn));
         }
         if let Some(at) = wait.soon_at {
             self.timers.remove(at, Timer::DeadlineSoon(conn));
         }
-        for q in wait.queues {
+        for &q in &wait.queues {
             let waiters = &mut self.queue_mut(q).waiters;
             if let Some(pos) = waiters.iter().position(|&c| c == conn) {
                 waiters.remove(pos);
             }
         }
-        true
+        Some(wait)
+    }
+
+    /// Keeps an ended wait's queue list for a later wait (a few: one per connection that
+    /// waits at the same time is the most that can be in use).
+    fn keep_wait_list(&mut self, mut list: Vec<QueueId>) {
+        if self.spare_wait_lists.len() < SPARE_WAIT_LISTS {
+            list.clear();
+            self.spare_wait_lists.push(list);
+        }
     }
 
     /// Whether the connection is blocked in a reserve.
@@ -236,14 +260,10 @@ impl Engine {
             let Some(&conn) = queue.waiters.front() else {
                 return;
             };
-            let wait = self.sessions[&conn]
-                .wait
-                .as_ref()
-                .expect("waiter has a wait");
+            let wait = self.take_wait(conn).expect("waiter has a wait");
             let (mode, lease) = (wait.mode, wait.lease);
-            let queues = wait.queues.clone();
-            self.cancel_wait(conn);
             if mode == WaitMode::WakeOnly {
+                self.keep_wait_list(wait.queues);
                 self.notices.push(Notice {
                     conn,
                     kind: NoticeKind::Wake,
@@ -251,8 +271,9 @@ impl Engine {
                 continue;
             }
             let id = self
-                .pick(&queues, mode, now)
+                .pick(&wait.queues, mode, now)
                 .expect("queue has a ready job");
+            self.keep_wait_list(wait.queues);
             self.leave_state(id);
             self.lease_to(id, conn, lease, now);
             if self.is_flow_engine_job(id) {

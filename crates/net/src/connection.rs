@@ -14,8 +14,8 @@ use bytes::BytesMut;
 use jobyard_broker::{Lsn, Mailbox};
 use jobyard_engine::{ConnId, NoticeKind};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 
+use crate::gate::StopBell;
 use crate::listen::Peer;
 use crate::placement::{Placement, Where};
 use crate::protocol::{Decode, Protocol, Session, Step};
@@ -34,7 +34,7 @@ pub async fn serve_stream<P, R, W>(
     rd: R,
     wr: W,
     peer: Peer,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Arc<StopBell>,
 ) where
     P: Protocol,
     R: AsyncRead + Unpin,
@@ -71,12 +71,12 @@ pub(crate) struct Conn<P: Protocol> {
     mailbox: Mailbox,
     /// The session waits for a notice (a blocked reserve) before it reads requests.
     waiting: bool,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Arc<StopBell>,
 }
 
 impl<P: Protocol> Conn<P> {
     /// Registers a new session in the broker.
-    pub(crate) fn open(protocol: Arc<P>, peer: &Peer, shutdown: watch::Receiver<bool>) -> Self {
+    pub(crate) fn open(protocol: Arc<P>, peer: &Peer, shutdown: Arc<StopBell>) -> Self {
         let metrics = protocol.metrics();
         jobyard_broker::ProtocolMetrics::inc(&metrics.connections);
         jobyard_broker::ProtocolMetrics::inc(&metrics.connections_total);
@@ -120,10 +120,10 @@ pub(crate) struct Link<'c, P: Protocol, R, W> {
 
 impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<'_, P, R, W> {
     pub(crate) async fn run(&mut self) -> io::Result<Exit> {
-        // One wait for shutdown for the whole run: a new one per turn registered and
-        // removed a waiter under the channel's lock each time the connection slept.
-        let mut shutdown = self.conn.shutdown.clone();
-        let stopping = shutdown.changed();
+        // One wait for shutdown for the whole run, registered at its first poll; after
+        // that each poll is a load of the bell's flag.
+        let bell = self.conn.shutdown.clone();
+        let stopping = bell.wait();
         tokio::pin!(stopping);
         loop {
             let mut lsn: Lsn = 0;
@@ -148,7 +148,7 @@ impl<P: Protocol, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<'_, P, R, W>
             if c.mailbox.overflowed() {
                 return Err(overflowed());
             }
-            if *c.shutdown.borrow() {
+            if c.shutdown.rung() {
                 if c.waiting {
                     c.session.stop_waiting();
                 }

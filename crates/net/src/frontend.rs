@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use tokio::sync::watch;
-
 use crate::connection::{serve_stream, Conn};
-use crate::gate::{Gate, Slot};
+use crate::gate::{Gate, Slot, StopBell};
 use crate::hop;
 use crate::listen::{Listener, Peer, Stream};
 use crate::placement::Placement;
@@ -81,7 +79,7 @@ async fn accept_loop<P: Protocol>(protocol: Arc<P>, listener: Listener, gate: Ga
             drop(stream);
             continue;
         };
-        let shutdown = gate.shutdown_signal();
+        let shutdown = gate.stop_bell();
         match gate.placement() {
             Some(placement) => {
                 if let Err(e) = place_accepted(&protocol, stream, addr, shutdown, placement, slot) {
@@ -106,7 +104,7 @@ async fn serve_accepted<P: Protocol>(
     protocol: Arc<P>,
     stream: Stream,
     addr: String,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Arc<StopBell>,
     slot: Slot,
 ) {
     match stream {
@@ -130,7 +128,7 @@ fn place_accepted<P: Protocol>(
     protocol: &Arc<P>,
     stream: Stream,
     addr: String,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Arc<StopBell>,
     placement: Arc<Placement>,
     slot: Slot,
 ) -> std::io::Result<()> {

@@ -1,10 +1,14 @@
 //! The connection limit and the shutdown signal, for every kind of session.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::futures::Notified;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::placement::Placement;
 
@@ -15,6 +19,7 @@ pub struct Gate {
     max: usize,
     shutdown: watch::Receiver<bool>,
     stop: Arc<watch::Sender<bool>>,
+    bell: Arc<StopBell>,
     last_refusal_log: Arc<AtomicU64>,
     started: Instant,
     placement: Option<Arc<Placement>>,
@@ -34,6 +39,7 @@ impl Gate {
             max,
             shutdown: rx,
             stop: Arc::new(tx),
+            bell: Arc::new(StopBell::default()),
             last_refusal_log: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
             placement: None,
@@ -73,6 +79,11 @@ impl Gate {
         self.shutdown.clone()
     }
 
+    /// The same signal for byte-stream connections, which wait for it at every pause.
+    pub fn stop_bell(&self) -> Arc<StopBell> {
+        self.bell.clone()
+    }
+
     /// Whether the server is shutting down.
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
@@ -81,11 +92,76 @@ impl Gate {
     /// Tells every front end and session to stop, then waits (up to `grace`) until every
     /// session has given its place back. Returns false if some did not in time.
     pub async fn shut_down(&self, grace: Duration) -> bool {
+        self.bell.ring();
         let _ = self.stop.send(true);
         let all = self.max.min(u32::MAX as usize) as u32;
         tokio::time::timeout(grace, self.slots.acquire_many(all))
             .await
             .is_ok()
+    }
+}
+
+/// The shutdown signal as byte-stream connections wait for it: rung once. A connection
+/// polls its wait between every two turns, so the wait costs one load of a flag once it is
+/// registered, where a `watch` channel's `changed()` took tokio's cooperative budget and
+/// the channel's waiter lock on every poll (about 3 % of a job's instructions at moderate
+/// load; docs/performance.md, "Instructions per job").
+#[derive(Debug, Default)]
+pub struct StopBell {
+    rung: AtomicBool,
+    bell: Notify,
+}
+
+impl StopBell {
+    /// Tells every wait, now and later, that the server is stopping.
+    pub fn ring(&self) {
+        self.rung.store(true, Ordering::SeqCst);
+        self.bell.notify_waiters();
+    }
+
+    /// Whether the bell has rung.
+    pub fn rung(&self) -> bool {
+        self.rung.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the bell rings (at once if it has). It registers the waker of its
+    /// first poll and only checks the flag after that, so poll it from one task.
+    pub fn wait(&self) -> StopWait<'_> {
+        StopWait {
+            bell: self,
+            // Made before the flag is checked: a ring in between still completes it.
+            notified: self.bell.notified(),
+            registered: false,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`StopBell::wait`].
+    pub struct StopWait<'a> {
+        bell: &'a StopBell,
+        #[pin]
+        notified: Notified<'a>,
+        registered: bool,
+    }
+}
+
+impl Future for StopWait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.bell.rung() {
+            return Poll::Ready(());
+        }
+        if !*this.registered {
+            // Registers this task's waker with the bell; `ring` wakes it.
+            if this.notified.poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            *this.registered = true;
+        }
+        Poll::Pending
     }
 }
 
@@ -111,5 +187,39 @@ mod tests {
         drop(c);
         drop(_b);
         assert!(gate.shut_down(Duration::from_secs(1)).await);
+    }
+
+    #[tokio::test]
+    async fn a_stop_wait_polled_again_and_again_still_wakes_when_the_bell_rings() {
+        let bell = Arc::new(StopBell::default());
+        let waiting = bell.clone();
+        let polls = Arc::new(AtomicU64::new(0));
+        let counted = polls.clone();
+        let waiter = tokio::spawn(async move {
+            let wait = waiting.wait();
+            tokio::pin!(wait);
+            // Polled with a timer beside it, as the connection loop polls it beside its
+            // socket: after the first poll only the flag is looked at.
+            loop {
+                tokio::select! {
+                    _ = &mut wait => return,
+                    _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        while polls.load(Ordering::Relaxed) < 5 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(!waiter.is_finished(), "waits while the bell is silent");
+        bell.ring();
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the ring wakes the wait")
+            .expect("the task ran");
+        tokio::time::timeout(Duration::from_secs(10), bell.wait())
+            .await
+            .expect("a wait made after the ring ends at once");
     }
 }

@@ -26,6 +26,6 @@ pub mod runtime;
 
 pub use connection::serve_stream;
 pub use frontend::{serve, FrontEnd, TcpFrontEnd};
-pub use gate::{Gate, Slot};
+pub use gate::{Gate, Slot, StopBell, StopWait};
 pub use listen::{Listener, Peer, Stream};
 pub use protocol::{Decode, Protocol, Session, Step};

@@ -269,7 +269,7 @@ fn kept_in_memory(e: &Engine, ids: &[JobId]) -> Vec<bool> {
 }
 
 #[test]
-fn written_bodies_stay_in_memory_for_one_turn_within_the_budget_and_then_read_back() {
+fn written_bodies_stay_in_memory_within_the_budget_and_then_read_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_with_segments(dir.path(), FsyncMode::Never, 1 << 20);
     let mut e = Engine::new();
@@ -310,14 +310,32 @@ fn written_bodies_stay_in_memory_for_one_turn_within_the_budget_and_then_read_ba
     dropped.clear();
     e.move_dropped_bodies(&mut dropped);
     assert!(dropped.is_empty(), "handed over once");
-    // The next turn that learns of newer bodies drops the ones kept, and keeps its own.
+    // A small turn keeps its own bodies and, with fewer than the floor in all, the newest
+    // earlier ones the budget still has room for.
     let newer = put_jobs(&mut e, &log, q, 20);
     learn_places(&mut e, &log);
-    assert!(kept_in_memory(&e, &ids).iter().all(|&m| !m));
     assert!(kept_in_memory(&e, &newer).iter().all(|&m| m));
+    let still = kept_in_memory(&e, &ids);
+    let still_kept = still.iter().filter(|&&m| m).count();
+    assert!(
+        still_kept < kept,
+        "the budget made room for the newer bodies"
+    );
+    assert!(
+        still[ids.len() - still_kept..].iter().all(|&m| m),
+        "the newest earlier ones stay"
+    );
     e.move_dropped_bodies(&mut dropped);
-    assert_eq!(dropped.len(), kept);
+    assert_eq!(dropped.len(), kept - still_kept);
+    dropped.clear();
+    // Newer bodies past the budget push the earlier ones out.
+    let more = put_jobs(&mut e, &log, q, 100);
+    learn_places(&mut e, &log);
+    assert!(kept_in_memory(&e, &ids).iter().all(|&m| !m));
+    assert!(kept_in_memory(&e, &newer).iter().all(|&m| !m));
+    assert!(kept_in_memory(&e, &more).last() == Some(&true));
     assert_bodies_read_back(&e, &log, &ids);
+    assert_bodies_read_back(&e, &log, &newer);
 }
 
 #[test]
@@ -337,7 +355,11 @@ fn a_hot_body_moved_by_compaction_keeps_its_new_place_when_it_leaves_the_budget(
         let other = e.put(q, 0, 0, 60, Bytes::from_static(b"xyz"), true, T0).id;
         e.body_written(other, LogRef::new(4096, 3).expect("fits"));
     }
-    assert_eq!(e.hot_bodies(), 1, "only the last turn's body");
+    assert!(
+        e.hot_bodies() <= 1000 / 35,
+        "within the budget: {} kept",
+        e.hot_bodies()
+    );
     assert_eq!(e.job(id).expect("live").body, Body::Log(moved));
 }
 
