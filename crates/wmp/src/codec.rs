@@ -188,11 +188,8 @@ impl Lines {
     }
 
     fn num(&mut self, key: &'static str, value: u64) {
-        use std::fmt::Write as _;
-        let mut digits = ArrayText::default();
-        // Writing a u64 into 20 bytes cannot fail.
-        let _ = write!(digits, "{value}");
-        self.put(key, digits.as_str());
+        // On the stack, without the formatting machinery (a TAKE carries two numbers).
+        self.put(key, itoa::Buffer::new().format(value));
     }
 
     fn opt(&mut self, key: &'static str, value: &Option<String>) {
@@ -228,30 +225,6 @@ impl Lines {
 
     fn has(&self, key: &str) -> bool {
         self.keys[..self.count].contains(&key)
-    }
-}
-
-/// Room for the decimal digits of a u64, on the stack.
-#[derive(Default)]
-struct ArrayText {
-    buf: [u8; 20],
-    len: usize,
-}
-
-impl ArrayText {
-    fn as_str(&self) -> &str {
-        // Only ASCII digits are ever written.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl std::fmt::Write for ArrayText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dest = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dest.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 

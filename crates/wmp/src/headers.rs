@@ -65,12 +65,11 @@ impl Headers {
 
     /// Adds a header whose value is a number, without formatting it into a `String` first.
     pub fn push_number(&mut self, key: &str, value: u64) {
-        use std::fmt::Write as _;
         let key_start = self.text.len();
         self.text.push_str(key);
         let key_end = self.text.len();
-        // Writing into a String cannot fail.
-        let _ = write!(self.text, "={value}");
+        self.text.push('=');
+        self.text.push_str(itoa::Buffer::new().format(value));
         self.end_line(key_start, key_end);
     }
 

@@ -186,7 +186,10 @@ impl Manager {
         }
         if let Some(prefix) = &self.handle_prefix {
             // The engine's job id is the Gearman handle's number (crates/gearman handle.rs).
-            let handle = format!("{prefix}:{id}");
+            let mut handle = String::with_capacity(prefix.len() + 21);
+            handle.push_str(prefix);
+            handle.push(':');
+            handle.push_str(itoa::Buffer::new().format(id));
             if Headers::is_valid_value(&handle) {
                 msg.extra.push("handle", handle);
             }
