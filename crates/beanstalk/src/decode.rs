@@ -123,13 +123,16 @@ impl Decoder {
                         _ => None,
                     };
                     buf.advance(end + 2);
-                    match parsed {
-                        Ok(Command::Put {
-                            pri,
-                            delay,
-                            ttr,
-                            bytes,
-                        }) => {
+                    match (parsed, too_big) {
+                        (
+                            Ok(Command::Put {
+                                pri,
+                                delay,
+                                ttr,
+                                bytes,
+                            }),
+                            _,
+                        ) => {
                             let len = bytes as usize;
                             self.state = if bytes > self.max_job_size {
                                 State::SkipBody {
@@ -145,15 +148,14 @@ impl Decoder {
                                 }
                             };
                         }
-                        Ok(command) => return Some(Request::Command(command)),
-                        Err(ParseError::BadFormat) if too_big.is_some() => {
-                            let n = too_big.expect("checked");
+                        (Ok(command), _) => return Some(Request::Command(command)),
+                        (Err(_), Some(n)) => {
                             self.state = State::SkipBody {
                                 left: n + 2,
                                 reply: Some(JOB_TOO_BIG),
                             };
                         }
-                        Err(e) => return Some(Request::Invalid(e)),
+                        (Err(e), None) => return Some(Request::Invalid(e)),
                     }
                 }
                 State::Body {

@@ -168,8 +168,9 @@ impl Engine {
     /// Tells the engine that durable jobs' bodies are now readable at these places in the
     /// log (one turn's worth, in the order written), so their copies in memory may go: the
     /// bodies of earlier turns go now, but for the newest few (see [`crate::hot_bodies`]),
-    /// these with a later turn (or now, past the hot budget). Ignored for a job that has ended by then, is not durable, or whose body is
-    /// not that long (nothing else may be put in its place).
+    /// these with a later turn (or now, past the hot budget). Ignored for a job that has
+    /// ended by then, is not durable, or whose body is not that long (nothing else may be
+    /// put in its place).
     pub fn bodies_written(&mut self, places: impl IntoIterator<Item = (JobId, LogRef)>) {
         let mut places = places.into_iter().peekable();
         if places.peek().is_none() {
