@@ -29,7 +29,7 @@ pub struct Settings {
     pub salvage: bool,
     /// Keep durable bodies only in the log once written (on by default: memory per job).
     pub bodies_in_log: bool,
-    /// With `bodies_in_log`: the most bytes of just-written bodies kept until the next write.
+    /// With `bodies_in_log`: the most bytes of just-written bodies kept in memory.
     pub hot_body_bytes: usize,
     /// Bytes of unfinished request bodies all connections together may buffer.
     pub max_inflight_bytes: u64,
@@ -132,8 +132,8 @@ pub struct ServeArgs {
     )]
     pub bodies_in_log: Option<bool>,
     /// With bodies kept in the log: the most bytes of just-written bodies kept in memory
-    /// until the next write, so jobs handed out right after their put are not read back;
-    /// 0 keeps none [default: 1048576].
+    /// (the last write's, and at least the newest 64), so jobs handed out right after their
+    /// put are not read back; 0 keeps none [default: 1048576].
     #[arg(long, env = "JOBYARD_HOT_BODY_BYTES")]
     pub hot_body_bytes: Option<usize>,
     /// Bytes of request bodies still being received that all connections together may
