@@ -3,7 +3,7 @@
 # `true`, shapes 1x1, 1x8 and 4x4 (targets x concurrency), side by side with the launch
 # floor `xargs -P N -n1 true` over the same number of ids. See bench/jobd_bench.py.
 #
-#   bash bench/jobd.sh             # 2000 rows per run, 200 latency samples (~1 min)
+#   bash bench/jobd.sh             # 2000 rows per run, 1000 latency samples (~1 min)
 #   bash bench/jobd.sh --quick     # 1000 rows, 100 samples
 #
 # Options: --no-build, --jsonl FILE (one JSON line per measurement), --db-flush 0|1|2
@@ -16,7 +16,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 
 BUILD=1
-ARGS=(--jobs 2000 --samples 200 --master-samples 15)
+# 1000 latency samples: the p99 is then the 10th-slowest, not the 2nd-slowest of 200,
+# which moved by ±0.5 ms from run to run (docs/benchmarks.md, "jobd").
+ARGS=(--jobs 2000 --samples 1000 --master-samples 15)
 EXTRA=()
 while [ $# -gt 0 ]; do
   case $1 in

@@ -299,7 +299,7 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "target/release/jobyard"))
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--master-samples", type=int, default=15)
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--db-flush", type=int, choices=(0, 1, 2), default=1,
