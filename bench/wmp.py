@@ -244,13 +244,15 @@ class Server:
         self.bport = free_port()
         self.gport = free_port()
         self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        log = open(self.log, "wb")  # the child keeps its own descriptor
         self.proc = subprocess.Popen(
             [binary, "serve", "--data-dir", self.data, "--fsync", "never",
              "--beanstalk-listen", f"127.0.0.1:{self.bport}",
              "--gearman-listen", f"127.0.0.1:{self.gport}",
              "--http-listen", "off", "--wmp-listen", self.endpoint, "--wmp-name", "bench"],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"),
+            stdout=subprocess.DEVNULL, stderr=log,
         )
+        log.close()
         deadline = time.time() + 30
         while True:
             try:

@@ -131,10 +131,10 @@ impl Headers {
                 return Err(DecodeError::TooManyHeaders);
             }
             let key_start = at;
-            match bytes.get(at) {
-                Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit() => at += 1,
-                _ => return Err(DecodeError::BadHeaderLine),
+            if !bytes.get(at).is_some_and(|&b| is_key_start_byte(b)) {
+                return Err(DecodeError::BadHeaderLine);
             }
+            at += 1;
             while bytes.get(at).is_some_and(|&b| is_key_byte(b)) {
                 at += 1;
             }
@@ -199,16 +199,19 @@ impl Headers {
 /// Keys are `[a-z0-9][a-z0-9_.-]{0,63}`: lowercase so there is one spelling of each.
 pub fn is_valid_key(key: &str) -> bool {
     let bytes = key.as_bytes();
-    match bytes.first() {
-        Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit() => {}
-        _ => return false,
-    }
-    bytes.len() <= MAX_KEY_LEN && bytes[1..].iter().all(|&b| is_key_byte(b))
+    bytes.first().is_some_and(|&b| is_key_start_byte(b))
+        && bytes.len() <= MAX_KEY_LEN
+        && bytes[1..].iter().all(|&b| is_key_byte(b))
+}
+
+/// A byte a key may start with.
+fn is_key_start_byte(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
 }
 
 /// A byte a key may have after its first.
 fn is_key_byte(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+    is_key_start_byte(b) || matches!(b, b'_' | b'.' | b'-')
 }
 
 /// An offset into a headers buffer. Parsed frames are bounded far below 4 GiB (`Limits`);
@@ -299,6 +302,15 @@ mod tests {
         Ok(lines)
     }
 
+    /// `Headers::parse`'s lines in the shape of [`parse_by_lines`]'s.
+    fn parse_to_lines(frame: &[u8], limits: &Limits) -> Result<Vec<(String, String)>, DecodeError> {
+        Headers::parse(frame, limits).map(|h| {
+            h.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+    }
+
     #[test]
     fn the_one_pass_parser_agrees_with_the_rules_line_by_line() {
         let limits = Limits {
@@ -337,11 +349,7 @@ mod tests {
                 frame.extend_from_slice(alphabet[(next() % alphabet.len() as u64) as usize]);
             }
             let want = parse_by_lines(&frame, &limits);
-            let got = Headers::parse(&frame, &limits).map(|h| {
-                h.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            });
+            let got = parse_to_lines(&frame, &limits);
             assert_eq!(got, want, "frame {:?}", String::from_utf8_lossy(&frame));
             agreed_ok += usize::from(want.is_ok());
         }
@@ -354,11 +362,7 @@ mod tests {
         for (key, value) in [(64, 1024), (65, 1), (1, 1025)] {
             let frame = format!("{}={}", "k".repeat(key), "v".repeat(value));
             let want = parse_by_lines(frame.as_bytes(), &limits);
-            let got = Headers::parse(frame.as_bytes(), &limits).map(|h| {
-                h.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            });
+            let got = parse_to_lines(frame.as_bytes(), &limits);
             assert_eq!(got, want, "key {key} value {value}");
         }
     }
