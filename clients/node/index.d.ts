@@ -45,6 +45,9 @@ export interface QueuesClientOptions {
   flows?: FlowDefinition[];
   /** Declare Guild's four flows on connect when the server lacks them (default true). */
   declarePresets?: boolean;
+  /** Plain http: URLs go through the package's own HTTP/1.1 transport ("lean", the
+   * default); "node" sends them through node:http. https: URLs always use node:https. */
+  transport?: "lean" | "node";
 }
 
 export type WorkerJob = { id: string; retries: number; flowName: string; priority: number; correlationId?: string } & Record<string, any>;
@@ -95,7 +98,7 @@ export class JobyardError extends Error {
 
 export interface JobPosition { queueName: string; position: number; state: "waiting" | "processing" | "delayed"; readyTimestamp?: number }
 export class FlowMonitor {
-  constructor(options: { url: string; logger?: ILogger; dogStatsD?: { gauge(name: string, value: number): void }; intervalMs?: number });
+  constructor(options: { url: string; logger?: ILogger; dogStatsD?: { gauge(name: string, value: number): void }; intervalMs?: number; transport?: "lean" | "node" });
   jobsInQueues: { queueName: string; priorities: Record<string, { waiting: string[]; processing: string[]; delayed: { jobId: string; readyTimestamp: number }[] }> }[];
   jobIdToPositionMap: Map<string, JobPosition>;
   lockMissingQueueNameJobIdPairsSet: Set<string>;
@@ -103,7 +106,7 @@ export class FlowMonitor {
   stop(): Promise<void>;
 }
 
-export interface FlowOptions { url: string; logger?: ILogger; correlator?: ICorrelator }
+export interface FlowOptions { url: string; logger?: ILogger; correlator?: ICorrelator; transport?: "lean" | "node" }
 export class Flow {
   readonly name: string;
   readonly workers: Worker[];

@@ -1,20 +1,23 @@
 // One JSON request to jobyard's HTTP API. Everything else in the package goes through
 // here, so the URL, the error shape and cancellation are handled once.
 //
-// Requests go through node:http (node:https for an https URL) with a keep-alive agent of
-// this client's own, not through fetch: for small JSON requests on a kept connection it
-// costs a Node process about a seventh of fetch's CPU per request (0.06–0.09 ms against
-// 0.5–0.7 ms, measured in docs/benchmarks.md, "Flows"), and a worker's requests are nearly
-// all such.
+// Plain http: URLs go through the package's own transport (transport.js: kept
+// connections over node:net); https: URLs, or `transport: "node"`, through node:http(s)
+// with a keep-alive agent of this client's own. Either is far cheaper per request than
+// fetch for small JSON on a kept connection (docs/benchmarks.md, "Flows"), and a
+// worker's requests are nearly all such.
 
 import http from "node:http";
 import https from "node:https";
 
 import { JobyardError } from "./errors.js";
+import { HttpTransport } from "./transport.js";
 
-/** Talks to one jobyard HTTP listener (`url` like "http://127.0.0.1:8080"). */
+/** Talks to one jobyard HTTP listener (`url` like "http://127.0.0.1:8080").
+ * `transport: "node"` sends plain http: through node:http too (for a proxy or a test
+ * that needs node:http's behaviour). */
 export class Api {
-  constructor(url) {
+  constructor(url, { transport } = {}) {
     if (typeof url !== "string" || !/^https?:\/\/[^/]+/.test(url)) {
       throw new TypeError(`jobyard url must be like "http://127.0.0.1:8080", got ${url}`);
     }
@@ -27,11 +30,20 @@ export class Api {
     // Connections are kept and reused; an idle one is closed by us after a while rather
     // than left for the server or a proxy to cut under a request.
     this.agent = new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo" });
+    if (transport !== undefined && transport !== "node" && transport !== "lean") {
+      throw new TypeError(`jobyard transport must be "lean" or "node", got ${transport}`);
+    }
+    this.lean = parsed.protocol === "http:" && transport !== "node"
+      ? new HttpTransport(this.hostname, this.port, parsed.host)
+      : null;
   }
 
   /** Sends `body` as JSON; resolves to the reply's JSON or rejects with JobyardError. */
   call(method, path, body, signal) {
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    if (this.lean) {
+      return this.lean.request(method, this.prefix + path, payload, signal).then(({ status, text }) => reply(status, text));
+    }
     const headers = payload === undefined
       ? {}
       : { "content-type": "application/json", "content-length": Buffer.byteLength(payload) };
@@ -71,6 +83,7 @@ export class Api {
 
   /** Closes the kept connections (they would otherwise close after a minute idle). */
   close() {
+    this.lean?.close();
     this.agent.destroy();
   }
 }

@@ -26,13 +26,14 @@ function readQuery(resolveChildren, keysToGet) {
 
 export class QueuesClient {
   /**
-   * @param {{url: string, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean}} options
+   * @param {{url: string, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean, transport?: "lean" | "node"}} options
    *   `flows`: definitions of your own flows, declared on connect. Guild's four built-in
    *   flows are declared on connect unless the server already has a flow of that name
-   *   (or `declarePresets: false`).
+   *   (or `declarePresets: false`). `transport: "node"` sends plain http: through
+   *   node:http instead of the package's own transport (api.js).
    */
-  constructor({ url, logger, correlator, flows = [], declarePresets = true }) {
-    this.api = new Api(url);
+  constructor({ url, logger, correlator, flows = [], declarePresets = true, transport }) {
+    this.api = new Api(url, { transport });
     this.logger = logger;
     this.correlator = correlator;
     this.flows = flows;

@@ -5,9 +5,9 @@
 import { QueuesClient } from "./client.js";
 
 export class Flow {
-  constructor(name, { url, logger, correlator }) {
+  constructor(name, { url, logger, correlator, transport }) {
     this.name = name;
-    this.client = new QueuesClient({ url, logger, correlator });
+    this.client = new QueuesClient({ url, logger, correlator, transport });
   }
 
   get workers() {

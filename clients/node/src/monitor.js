@@ -5,9 +5,9 @@
 import { Api, seg } from "./api.js";
 
 export class FlowMonitor {
-  /** @param {{url: string, logger?: object, dogStatsD?: {gauge: Function}, intervalMs?: number}} options */
-  constructor({ url, logger, dogStatsD, intervalMs = 1000 }) {
-    this.api = new Api(url);
+  /** @param {{url: string, logger?: object, dogStatsD?: {gauge: Function}, intervalMs?: number, transport?: "lean" | "node"}} options */
+  constructor({ url, logger, dogStatsD, intervalMs = 1000, transport }) {
+    this.api = new Api(url, { transport });
     this.logger = logger;
     this.dogStatsD = dogStatsD;
     this.intervalMs = intervalMs;

@@ -53,6 +53,8 @@ export class Worker {
   start() {
     if (this.status === "running") return;
     this.status = "running";
+    // One per run of the worker, not per lease: stop() aborts the long poll in flight.
+    this.abort = new AbortController();
     this.loop = this.run();
   }
 
@@ -96,7 +98,6 @@ export class Worker {
   }
 
   async lease() {
-    this.abort = new AbortController();
     const body = {
       lease_ms: this.leaseMs(),
       wait_ms: Math.min(60000, Math.max(0, Math.round(this.blockTimeoutSec * 1000))),
