@@ -9,7 +9,7 @@
 #          --no-jobd (skip the jobd section: bench/jobd.sh, about a minute, once, not in rounds),
 #          --no-wmp (skip the 14/WMP section: bench/wmp.py against a bare ZeroMQ loop, and
 #          Gearman clients served by WMP workers, ~1 min),
-#          --no-flows (skip the flows section: bench/flows/run.sh, Rust and Node clients, ~3 min).
+#          --no-flows (skip the flows section: bench/flows/run.sh, Rust and Node clients, ~7 min).
 #
 # Installs the peers if missing, builds jobyard and jobyard-bench (release), then for each
 # durability pairing and workload starts a fresh server on a free loopback port, runs the
@@ -208,7 +208,8 @@ FLOWSMD=""
 if [ "$FLOWS" = 1 ] && [ -z "$ONLY" ]; then
   FLOWSMD="$TMP/flows.md"
   if bash "$ROOT/bench/flows/run.sh" --no-build --seconds "$([ "$QUICK" = 1 ] && echo 2 || echo 5)" \
-      --fixed-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 30)" --out "$OUT/flows-latest.jsonl" \
+      --fixed-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 30)" \
+      --warmup-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 60)" --out "$OUT/flows-latest.jsonl" \
       >"$TMP/flows.jsonl"; then
     python3 "$ROOT/bench/flows/report.py" "$TMP/flows.jsonl" >"$FLOWSMD"
     cp "$TMP/flows.jsonl" "$OUT/$STAMP-$HOST.flows.jsonl"

@@ -4,7 +4,7 @@
 //
 //   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5]
 //        [--rate 10] [--fixed-seconds 30] [--only linear|fanout|ceiling] [--ceiling off]
-//        [--modes saturated,fixed]
+//        [--modes saturated,fixed] [--warmup-seconds 60] [--helper-threads idle]
 //
 // Reports, per shape: flows done per second at saturation (creators keep `inflight` flows
 // open), create→done latency p50/p99 at a fixed `rate` of creations per second, and the
@@ -13,16 +13,29 @@
 // "Done" is when the last stage's complete was acknowledged (seen through the worker's
 // debug log).
 //
+// `--helper-threads idle` first puts every thread of this process but the main one (V8's
+// compiler and GC helpers, libuv's pool) at SCHED_IDLE with chrt, so that they never keep
+// the main thread waiting for a CPU: it measures how much of the client's tail is the
+// kernel running V8's background compiles ahead of the main thread (docs/benchmarks.md).
+//
+// The fixed-rate run first runs `warmup-seconds` at the same rate on the same workers and
+// reports that part apart (`cold_*`): V8 keeps compiling the client's and Node's code
+// for about a minute after a process starts (docs/benchmarks.md, "Flows"), and a worker
+// service runs for much longer than that. The measured part is the steady state after it.
+//
 // Then the ceiling: how many small JSON requests per second this Node process can make at
 // all against the same server (16 loops, each leasing with no wait from an empty stage on
-// a session of its own: a request and reply of a flow worker's size), through node:http
-// with a keep-alive agent (what the client uses) and through fetch. Divided by the
+// a session of its own: a request and reply of a flow worker's size), through the
+// client's own transport (what it uses for http: URLs), through node:http with a
+// keep-alive agent (what it uses for https:) and through fetch. Divided by the
 // requests a flow takes, it bounds the flows/s any client in one Node process can reach.
 // Prints one JSON object per measurement.
 
 import http from "node:http";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
+import { spawnSync } from "node:child_process";
 import { QueuesClient } from "../../clients/node/src/index.js";
+import { HttpTransport } from "../../clients/node/src/transport.js";
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
@@ -39,6 +52,17 @@ const only = args.only;
 // `--modes fixed` runs only the fixed-rate measurements (A/B runs of the latency).
 const modes = (args.modes ?? "saturated,fixed").split(",");
 const withCeiling = args.ceiling !== "off";
+const warmupSeconds = Number(args["warmup-seconds"] ?? 60);
+const helperThreads = args["helper-threads"] ?? "default";
+if (helperThreads === "idle") {
+  for (const tid of readdirSync("/proc/self/task")) {
+    if (Number(tid) === process.pid) continue;
+    const r = spawnSync("chrt", ["--idle", "-p", "0", tid]);
+    if (r.status !== 0) throw new Error(`chrt --idle -p 0 ${tid} failed: ${r.stderr}`);
+  }
+} else if (helperThreads !== "default") {
+  throw new Error(`--helper-threads takes "idle", got ${helperThreads}`);
+}
 
 const ticks = () => {
   if (!pid) return 0;
@@ -134,6 +158,26 @@ async function run(shape, name, mode) {
       waiting.set(id, () => resolve());
     });
   };
+  const total = (secs) => Math.max(1, Math.round(rate * secs));
+  /** Creates flows at `rate` for `secs`; resolves when all are done. */
+  const paced = async (secs) => {
+    const start = performance.now();
+    const pending = [];
+    for (let i = 0; i < total(secs); i++) {
+      const due = start + (i * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      pending.push(create());
+    }
+    await Promise.all(pending);
+  };
+  let cold = {};
+  if (mode === "fixed" && warmupSeconds > 0) {
+    await paced(warmupSeconds);
+    const lat = latencies(created, doneAt);
+    cold = { cold_seconds: warmupSeconds, cold_flows: lat.length, cold_p50_ms: +percentile(lat, 50)?.toFixed(2), cold_p99_ms: +percentile(lat, 99)?.toFixed(2) };
+    for (const m of [created, answered, seen, doneAt]) m.clear();
+  }
   const served0 = await requestsServed();
   const cpu0 = ticks();
   const own0 = process.cpuUsage();
@@ -148,32 +192,31 @@ async function run(shape, name, mode) {
       }
     }));
   } else {
-    const total = Math.max(1, Math.round(rate * fixedSeconds));
-    const pending = [];
-    for (let i = 0; i < total; i++) {
-      const due = t0 + (i * 1000) / rate;
-      const wait = due - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      pending.push(create().then(() => count++));
-    }
-    await Promise.all(pending);
+    await paced(fixedSeconds);
+    count = created.size;
   }
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = (ticks() - cpu0) / 100;
   const own = process.cpuUsage(own0);
   const served = await requestsServed();
   await client.stopAll();
-  const lat = [...created].map(([id, t]) => doneAt.get(id) - t).filter((x) => x >= 0).sort((a, b) => a - b);
+  const lat = latencies(created, doneAt);
   return {
-    shape, mode, client: "node", workers_per_stage: workersPerStage, flows: count,
+    shape, mode, client: "node", helper_threads: helperThreads, workers_per_stage: workersPerStage, flows: count,
     seconds: +elapsed.toFixed(2), flows_per_s: +(count / elapsed).toFixed(1),
     p50_ms: +percentile(lat, 50)?.toFixed(2), p99_ms: +percentile(lat, 99)?.toFixed(2),
     server_cpu_ms_per_flow: pid ? +((cpu * 1000) / count).toFixed(3) : null,
     node_cpu_ms_per_flow: +((own.user + own.system) / 1000 / count).toFixed(3),
     // The metrics read itself is one of them.
     requests_per_flow: served0 === null ? null : +((served - served0 - 1) / count).toFixed(2),
+    ...cold,
     ...(mode === "fixed" ? { hops_p50_ms: hops(created, answered, seen, doneAt, spec.handlers(name).length) } : {}),
   };
+}
+
+/** Create→done of every flow created, in ms, sorted. */
+function latencies(created, doneAt) {
+  return [...created].map(([id, t]) => doneAt.get(id) - t).filter((x) => x >= 0).sort((a, b) => a - b);
 }
 
 /** Medians of each hop of create→done, in ms, over the flows stamped at every point:
@@ -230,7 +273,10 @@ async function ceiling(kind) {
   const stage = `bench-ceiling-${stamp}`;
   await postWithFetch("/v1/flows", { name: stage, stages: [{ name: stage }] });
   const agent = new http.Agent({ keepAlive: true });
-  const post = kind === "fetch" ? postWithFetch : (path, body) => postWithAgent(agent, path, body);
+  const { hostname, port, host } = new URL(url);
+  const lean = new HttpTransport(hostname, port, host);
+  const postLean = async (path, body) => JSON.parse((await lean.request("POST", path, JSON.stringify(body))).text);
+  const post = kind === "fetch" ? postWithFetch : kind === "client transport" ? postLean : (path, body) => postWithAgent(agent, path, body);
   const loops = 16;
   const sessions = [];
   for (let i = 0; i < loops; i++) sessions.push((await post("/v1/workers", {})).worker);
@@ -250,6 +296,7 @@ async function ceiling(kind) {
   const cpu = (ticks() - cpu0) / 100;
   const own = process.cpuUsage(own0);
   agent.destroy();
+  lean.close();
   return {
     shape: "ceiling", mode: kind, client: "node", loops, requests: count,
     seconds: +elapsed.toFixed(2), requests_per_s: +(count / elapsed).toFixed(0),
@@ -266,5 +313,5 @@ for (const shape of Object.keys(shapes)) {
   }
 }
 if (withCeiling && (!only || only === "ceiling")) {
-  for (const kind of ["node:http", "fetch"]) console.log(JSON.stringify(await ceiling(kind)));
+  for (const kind of ["client transport", "node:http", "fetch"]) console.log(JSON.stringify(await ceiling(kind)));
 }
