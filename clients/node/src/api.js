@@ -81,9 +81,10 @@ export class Api {
     return this.call("DELETE", path);
   }
 
-  /** Closes the kept connections (they would otherwise close after a minute idle). */
+  /** Closes the kept idle connections (node:http's would otherwise close after a minute
+   * idle); the client stays usable. */
   close() {
-    this.lean?.close();
+    this.lean?.dropIdle();
     this.agent.destroy();
   }
 }

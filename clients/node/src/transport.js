@@ -113,10 +113,16 @@ export class HttpTransport {
     if (i >= 0) this.idle.splice(i, 1);
   }
 
-  /** Closes the kept connections; requests in flight fail. */
+  /** Closes the kept idle connections; later requests open new ones. */
+  dropIdle() {
+    for (const conn of this.idle.splice(0)) conn.destroy();
+  }
+
+  /** Closes the kept connections for good: later requests fail, and a connection still
+   * carrying a request is closed once its reply is read. */
   close() {
     this.closed = true;
-    for (const conn of this.idle.splice(0)) conn.destroy();
+    this.dropIdle();
   }
 }
 

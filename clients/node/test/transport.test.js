@@ -262,6 +262,16 @@ test("no server: the error says so, with the system's code", async () => {
   await assert.rejects(t.request("GET", "/"), (e) => e.code === "ECONNREFUSED" && /connection to jobyard failed/.test(e.message));
 });
 
+test("Api.close drops the kept connections and the client stays usable", async () => {
+  const s = await scripted((socket) => socket.write(json({ ok: true })));
+  const api = new Api(`http://127.0.0.1:${s.port}`);
+  assert.deepEqual(await api.get("/a"), { ok: true });
+  api.close();
+  assert.deepEqual(await api.get("/b"), { ok: true });
+  assert.equal(s.connections, 2);
+  api.lean.close();
+});
+
 test("Api chooses the transport: lean for http:, node:http when asked, node:https for https:", () => {
   assert.ok(new Api("http://127.0.0.1:1").lean);
   assert.equal(new Api("http://127.0.0.1:1", { transport: "node" }).lean, null);
