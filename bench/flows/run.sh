@@ -10,9 +10,10 @@
 # that the p99 is of 300 flows at 10/s), after W seconds at the same rate (default 60)
 # that the Node client reports apart as its cold start. The Node part ends with the
 # ceiling of one Node process's HTTP requests per second against the same server, then
-# runs the linear fixed-rate measurement again with V8's helper threads at idle priority. Prints one JSON line per
-# measurement and writes them to FILE (default bench/results/flows-latest.jsonl);
-# `python3 bench/flows/report.py FILE` makes the table of docs/benchmarks.md from it.
+# runs the linear fixed-rate measurement again with V8's helper threads at idle priority.
+# Prints one JSON line per measurement and writes them to FILE (default
+# bench/results/flows-latest.jsonl); `python3 bench/flows/report.py FILE` makes the
+# table of docs/benchmarks.md from it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SECONDS_PER_RUN=5
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --warmup-seconds) WARMUP_SECONDS=$2; shift ;;
     --out) OUT=$2; shift ;;
     --no-build) BUILD=0 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift

@@ -27,15 +27,17 @@ export class Api {
     this.hostname = parsed.hostname.replace(/^\[(.*)\]$/, "$1");
     this.port = parsed.port || (parsed.protocol === "https:" ? 443 : 80);
     this.prefix = parsed.pathname.replace(/\/+$/, "");
-    // Connections are kept and reused; an idle one is closed by us after a while rather
-    // than left for the server or a proxy to cut under a request.
-    this.agent = new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo" });
     if (transport !== undefined && transport !== "node" && transport !== "lean") {
       throw new TypeError(`jobyard transport must be "lean" or "node", got ${transport}`);
     }
     this.lean = parsed.protocol === "http:" && transport !== "node"
       ? new HttpTransport(this.hostname, this.port, parsed.host)
       : null;
+    // Through node:http(s), connections are kept and reused; an idle one is closed by us
+    // after a while rather than left for the server or a proxy to cut under a request.
+    this.agent = this.lean
+      ? null
+      : new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo" });
   }
 
   /** Sends `body` as JSON; resolves to the reply's JSON or rejects with JobyardError. */
@@ -85,7 +87,7 @@ export class Api {
    * idle); the client stays usable. */
   close() {
     this.lean?.dropIdle();
-    this.agent.destroy();
+    this.agent?.destroy();
   }
 }
 

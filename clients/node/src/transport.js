@@ -27,12 +27,12 @@ const MAX_CHUNK_LINE_BYTES = 1024;
 const IDLE_REUSE_MS = 30_000;
 
 const CRLF = Buffer.from("\r\n");
+const HEAD_END = Buffer.from("\r\n\r\n");
+const IDEMPOTENT = new Set(["GET", "HEAD", "DELETE", "PUT", "OPTIONS"]);
 /** Where every connection's reads land (`onread`): bytes go from the socket to the reply
  * reader without a stream's buffering and events. Each read is copied out at once, so
  * one buffer serves all connections. */
 const readBuffer = Buffer.allocUnsafe(64 * 1024);
-const HEAD_END = Buffer.from("\r\n\r\n");
-const IDEMPOTENT = new Set(["GET", "HEAD", "DELETE", "PUT", "OPTIONS"]);
 
 /** An error of the connection or of a reply that is not HTTP/1.1 as expected. */
 export class TransportError extends Error {
@@ -252,11 +252,11 @@ export class Reply {
     for (;;) {
       const end = buf.indexOf(HEAD_END);
       if (end < 0) {
-        if (buf.length > MAX_HEAD_BYTES) throw new TransportError("ERR_REPLY_HEAD", `reply head longer than ${MAX_HEAD_BYTES} bytes`);
+        if (buf.length > MAX_HEAD_BYTES) throw headTooLong();
         this.pending = buf;
         return null;
       }
-      if (end > MAX_HEAD_BYTES) throw new TransportError("ERR_REPLY_HEAD", `reply head longer than ${MAX_HEAD_BYTES} bytes`);
+      if (end > MAX_HEAD_BYTES) throw headTooLong();
       const lines = buf.toString("latin1", 0, end).split("\r\n");
       const status = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]);
       if (!status) throw new TransportError("ERR_REPLY_HEAD", `not an HTTP/1.x status line: ${JSON.stringify(lines[0].slice(0, 80))}`);
@@ -285,7 +285,8 @@ export class Reply {
         }
         this.length = Number(value);
       } else if (name === "transfer-encoding") {
-        if (value.split(",").pop().trim() !== "chunked") {
+        // Only plain chunked: the client asks for no compression, so it reads none.
+        if (value !== "chunked") {
           throw new TransportError("ERR_REPLY_HEAD", `unsupported transfer-encoding: ${value}`);
         }
         this.chunked = true;
@@ -390,6 +391,7 @@ export class Reply {
   }
 }
 
+const headTooLong = () => new TransportError("ERR_REPLY_HEAD", `reply head longer than ${MAX_HEAD_BYTES} bytes`);
 const tooLarge = () => new TransportError("ERR_REPLY_BODY", `reply body larger than ${MAX_BODY_BYTES} bytes`);
 
 /** The error an aborted request rejects with (the same name fetch and node:http use). */

@@ -192,6 +192,7 @@ test("bad replies are clear errors, never a crash, and the connection is not reu
     ["chunk without CRLF", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\naXY", /chunk not followed by CRLF/],
     ["endless chunk line", `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${"1".repeat(2000)}`, /chunk line too long/],
     ["other encoding", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n", /unsupported transfer-encoding/],
+    ["compressed chunks", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n", /unsupported transfer-encoding/],
     ["cut short", "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc", /closed the connection before its reply/],
   ];
   for (const [name, bytes, message] of cases) {
@@ -274,7 +275,10 @@ test("Api.close drops the kept connections and the client stays usable", async (
 
 test("Api chooses the transport: lean for http:, node:http when asked, node:https for https:", () => {
   assert.ok(new Api("http://127.0.0.1:1").lean);
-  assert.equal(new Api("http://127.0.0.1:1", { transport: "node" }).lean, null);
+  const viaNode = new Api("http://127.0.0.1:1", { transport: "node" });
+  assert.equal(viaNode.lean, null);
+  assert.ok(viaNode.agent);
+  assert.equal(new Api("http://127.0.0.1:1").agent, null);
   assert.equal(new Api("https://127.0.0.1:1").lean, null);
   assert.throws(() => new Api("http://127.0.0.1:1", { transport: "fetch" }), /transport must be/);
 });
