@@ -209,7 +209,7 @@ if [ "$FLOWS" = 1 ] && [ -z "$ONLY" ]; then
   FLOWSMD="$TMP/flows.md"
   if bash "$ROOT/bench/flows/run.sh" --no-build --seconds "$([ "$QUICK" = 1 ] && echo 2 || echo 5)" \
       --fixed-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 30)" \
-      --warmup-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 60)" --out "$OUT/flows-latest.jsonl" \
+      --warmup-seconds "$([ "$QUICK" = 1 ] && echo 5 || echo 120)" --out "$OUT/flows-latest.jsonl" \
       >"$TMP/flows.jsonl"; then
     python3 "$ROOT/bench/flows/report.py" "$TMP/flows.jsonl" >"$FLOWSMD"
     cp "$TMP/flows.jsonl" "$OUT/$STAMP-$HOST.flows.jsonl"

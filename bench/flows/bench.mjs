@@ -4,7 +4,7 @@
 //
 //   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5]
 //        [--rate 10] [--fixed-seconds 30] [--only linear|fanout|ceiling] [--ceiling off]
-//        [--modes saturated,fixed] [--warmup-seconds 60] [--helper-threads idle]
+//        [--modes saturated,fixed] [--warmup-seconds 120] [--helper-threads idle]
 //
 // Reports, per shape: flows done per second at saturation (creators keep `inflight` flows
 // open), create→done latency p50/p99 at a fixed `rate` of creations per second, and the
@@ -19,9 +19,10 @@
 // kernel running V8's background compiles ahead of the main thread (docs/benchmarks.md).
 //
 // The fixed-rate run first runs `warmup-seconds` at the same rate on the same workers and
-// reports that part apart (`cold_*`): V8 keeps compiling the client's and Node's code
-// for about a minute after a process starts (docs/benchmarks.md, "Flows"), and a worker
-// service runs for much longer than that. The measured part is the steady state after it.
+// reports that part apart (`cold_*`): at 10 requests/s V8 keeps compiling the client's
+// and Node's code for about two minutes after a process starts, a function at a time as
+// each gets hot (docs/benchmarks.md, "Flows"), and a worker service runs for much longer
+// than that. The measured part is the steady state after it.
 //
 // Then the ceiling: how many small JSON requests per second this Node process can make at
 // all against the same server (16 loops, each leasing with no wait from an empty stage on
@@ -52,7 +53,7 @@ const only = args.only;
 // `--modes fixed` runs only the fixed-rate measurements (A/B runs of the latency).
 const modes = (args.modes ?? "saturated,fixed").split(",");
 const withCeiling = args.ceiling !== "off";
-const warmupSeconds = Number(args["warmup-seconds"] ?? 60);
+const warmupSeconds = Number(args["warmup-seconds"] ?? 120);
 const helperThreads = args["helper-threads"] ?? "default";
 if (helperThreads === "idle") {
   for (const tid of readdirSync("/proc/self/task")) {
@@ -70,20 +71,22 @@ const ticks = () => {
   return Number(f[11]) + Number(f[12]); // utime + stime, in clock ticks (100/s)
 };
 
-/** HTTP requests the server has counted so far (its `/metrics`), or null. */
-async function requestsServed() {
-  try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    let sum = 0;
-    for (const line of text.split("\n")) {
-      if (line.startsWith("jobyard_commands_total{") && line.includes('protocol="http"')) {
-        sum += Number(line.slice(line.lastIndexOf(" ") + 1));
-      }
+/** HTTP requests the server has counted so far (its `/metrics`), or null.
+ *
+ * Read by a `curl` child, not from this process: a request of another kind from here (fetch,
+ * or the client's transport asking for a large text reply) made between the warm-up and
+ * the measured part deoptimized Node's socket read and write paths, and V8 spent the next
+ * minute of the measurement recompiling them on the same two CPUs (docs/benchmarks.md). */
+function requestsServed() {
+  const r = spawnSync("curl", ["-sf", `${url}/metrics`], { encoding: "utf8" });
+  if (r.status !== 0) return null;
+  let sum = 0;
+  for (const line of r.stdout.split("\n")) {
+    if (line.startsWith("jobyard_commands_total{") && line.includes('protocol="http"')) {
+      sum += Number(line.slice(line.lastIndexOf(" ") + 1));
     }
-    return sum;
-  } catch {
-    return null;
   }
+  return sum;
 }
 
 const shapes = {
@@ -178,7 +181,7 @@ async function run(shape, name, mode) {
     cold = { cold_seconds: warmupSeconds, cold_flows: lat.length, cold_p50_ms: +percentile(lat, 50)?.toFixed(2), cold_p99_ms: +percentile(lat, 99)?.toFixed(2) };
     for (const m of [created, answered, seen, doneAt]) m.clear();
   }
-  const served0 = await requestsServed();
+  const served0 = requestsServed();
   const cpu0 = ticks();
   const own0 = process.cpuUsage();
   const t0 = performance.now();
@@ -198,7 +201,7 @@ async function run(shape, name, mode) {
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = (ticks() - cpu0) / 100;
   const own = process.cpuUsage(own0);
-  const served = await requestsServed();
+  const served = requestsServed();
   await client.stopAll();
   const lat = latencies(created, doneAt);
   return {

@@ -18,7 +18,7 @@ def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
     print("| shape | client | saturated flows/s | × Redis lib | server CPU ms/flow "
           "| client CPU ms/flow | requests/flow | create→done p50 / p99 ms at 10/s (flows) "
-          "| first minute p50 / p99 ms | Redis lib p50 / p99 |")
+          "| warm-up p50 / p99 ms | Redis lib p50 / p99 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in ("linear", "fanout"):
         for client in ("rust", "node"):
@@ -40,17 +40,17 @@ def main(path):
     print("Linear: 3 stages; fanout: 3 stages, the middle one fanning out to 3 children (the"
           " Redis anchor is its fan-out of 2). 4 workers per stage, trivial handlers, fsync always."
           " Client CPU is the Node process's own (the Rust bench does not measure its own)."
-          " The Node client's fixed-rate figures are of the 30 s after a first minute at the"
-          " same rate on the same workers, while V8 is still compiling; that minute is the"
-          " \"first minute\" column. The Rust client has no such phase: its figures are"
-          " from its start."
+          " The Node client's fixed-rate figures are of the measured part after a warm-up at the"
+          " same rate on the same workers (two minutes unless `--warmup-seconds` says"
+          " otherwise), while V8 is still compiling; the warm-up is the \"warm-up\" column."
+          " The Rust client has no such phase: its figures are from its start."
           " The Redis library's figures are the issue's, not re-measured in this run.")
     idle = [r for r in rows if r.get("helper_threads") == "idle"]
     for r in idle:
         print()
         print(f"Node client, {r['shape']} at {r['flows_per_s']:.0f}/s with V8's helper threads at"
               f" idle priority (`--helper-threads idle`): create→done p50 / p99 **{r['p50_ms']} /"
-              f" {r['p99_ms']} ms** ({r['flows']} flows; first minute {r.get('cold_p50_ms')} /"
+              f" {r['p99_ms']} ms** ({r['flows']} flows; warm-up {r.get('cold_p50_ms')} /"
               f" {r.get('cold_p99_ms')} ms).")
     ceilings = [r for r in rows if r["shape"] == "ceiling"]
     linear = next((r for r in rows if r["shape"] == "linear" and r["client"] == "node"

@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SECONDS_PER_RUN=5
 RATE=10
 FIXED_SECONDS=30
-WARMUP_SECONDS=60
+WARMUP_SECONDS=120
 BUILD=1
 OUT="$ROOT/bench/results/flows-latest.jsonl"
 while [ $# -gt 0 ]; do
