@@ -25,6 +25,11 @@ const MAX_CHUNK_LINE_BYTES = 1024;
 /** A kept connection idle longer than this is closed rather than reused: a proxy or the
  * server may have cut it. */
 const IDLE_REUSE_MS = 30_000;
+/** How long a new connection may take to be accepted. Without it a server that is
+ * unreachable without refusing (a dropped route, a full accept queue) holds a request for
+ * the operating system's own connect timeout, about two minutes on Linux. Long enough
+ * for any link a job server is used over. */
+export const CONNECT_TIMEOUT_MS = 10_000;
 
 const CRLF = Buffer.from("\r\n");
 const HEAD_END = Buffer.from("\r\n\r\n");
@@ -45,10 +50,11 @@ export class TransportError extends Error {
 
 /** Requests to one host and port, on connections kept and reused (most recent first). */
 export class HttpTransport {
-  constructor(hostname, port, hostHeader) {
+  constructor(hostname, port, hostHeader, { connectTimeoutMs = CONNECT_TIMEOUT_MS } = {}) {
     this.hostname = hostname;
     this.port = port;
     this.hostHeader = hostHeader;
+    this.connectTimeoutMs = connectTimeoutMs;
     this.idle = [];
     this.closed = false;
   }
@@ -140,6 +146,14 @@ class Connection {
       onread: { buffer: readBuffer, callback: (n, buf) => this.onData(Buffer.from(buf.subarray(0, n))) },
     });
     this.socket.setNoDelay(true);
+    const connectTimer = setTimeout(() => {
+      const e = new Error(`not connected after ${transport.connectTimeoutMs} ms`);
+      e.code = "ERR_CONNECT_TIMEOUT";
+      this.socket.destroy(e);
+    }, transport.connectTimeoutMs);
+    connectTimer.unref();
+    this.socket.once("connect", () => clearTimeout(connectTimer));
+    this.socket.once("close", () => clearTimeout(connectTimer));
     this.socket.on("error", (e) => this.onGone(e));
     this.socket.on("close", () => this.onGone(null));
   }

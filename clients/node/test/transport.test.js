@@ -6,6 +6,7 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import net from "node:net";
+import { spawn } from "node:child_process";
 
 import { HttpTransport, MAX_HEAD_BYTES, Reply, TransportError } from "../src/transport.js";
 import { Api } from "../src/api.js";
@@ -261,6 +262,41 @@ test("no server: the error says so, with the system's code", async () => {
   await new Promise((ok) => probe.close(ok));
   const t = new HttpTransport("127.0.0.1", port, `127.0.0.1:${port}`);
   await assert.rejects(t.request("GET", "/"), (e) => e.code === "ECONNREFUSED" && /connection to jobyard failed/.test(e.message));
+});
+
+test("a server that never accepts: the request fails after the connect timeout", { timeout: 10_000 }, async () => {
+  // A listener whose accept queue is full drops further connection attempts unanswered,
+  // as an unreachable host does; python3 listens with a backlog of 0 and never accepts.
+  const py = spawn("python3", ["-c", [
+    "import socket, sys",
+    "s = socket.socket()",
+    "s.bind(('127.0.0.1', 0))",
+    "s.listen(0)",
+    "print(s.getsockname()[1], flush=True)",
+    "sys.stdin.read()",
+  ].join("\n")], { stdio: ["pipe", "pipe", "inherit"] });
+  const port = Number(await new Promise((ok) => py.stdout.once("data", (d) => ok(String(d).trim()))));
+  const fillers = [];
+  try {
+    let hung = false;
+    while (!hung && fillers.length < 16) {
+      const socket = net.connect(port, "127.0.0.1");
+      socket.on("error", () => {});
+      fillers.push(socket);
+      hung = await new Promise((ok) => {
+        socket.once("connect", () => ok(false));
+        setTimeout(() => ok(true), 200);
+      });
+    }
+    assert.ok(hung, "the accept queue never filled up");
+    const t = new HttpTransport("127.0.0.1", port, `127.0.0.1:${port}`, { connectTimeoutMs: 300 });
+    await assert.rejects(t.request("POST", "/v1/jobs", "{}"), (e) =>
+      e instanceof TransportError && e.code === "ERR_CONNECT_TIMEOUT" && /not connected after 300 ms/.test(e.message));
+    assert.equal(t.idle.length, 0);
+  } finally {
+    for (const socket of fillers) socket.destroy();
+    py.stdin.end();
+  }
 });
 
 test("Api.close drops the kept connections and the client stays usable", async () => {
