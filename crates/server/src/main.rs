@@ -4,12 +4,10 @@
 //! takes beanstalkd's own command line (so does the binary when invoked as `beanstalkd`);
 //! likewise `gearmand`, and `jobd`, `jobd-master`, `jobctl` (crate `jobyard-jobd`).
 
-mod compat;
-mod gearmand_compat;
+mod dropin;
 mod malloc_tuning;
 mod run;
 mod settings;
-mod wmp_cli;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -63,9 +61,9 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run a 14/WMP worker that runs COMMAND per job (body on stdin, stdout is the result).
-    WmpWorker(wmp_cli::WorkerArgs),
+    WmpWorker(dropin::wmp::WorkerArgs),
     /// Run a 14/WMP device between workers and several managers.
-    WmpDevice(wmp_cli::DeviceArgs),
+    WmpDevice(dropin::wmp::DeviceArgs),
 }
 
 fn main() {
@@ -98,8 +96,8 @@ fn main() {
             Cmd::Jobd { args } => std::process::exit(jobyard_jobd::run_jobd(args)),
             Cmd::JobdMaster { args } => std::process::exit(jobyard_jobd::run_master(args)),
             Cmd::Jobctl { args } => std::process::exit(jobyard_jobd::run_jobctl(args)),
-            Cmd::WmpWorker(args) => std::process::exit(wmp_cli::worker(args)),
-            Cmd::WmpDevice(args) => std::process::exit(wmp_cli::device(args)),
+            Cmd::WmpWorker(args) => std::process::exit(dropin::wmp::worker(args)),
+            Cmd::WmpDevice(args) => std::process::exit(dropin::wmp::device(args)),
         }
     };
     malloc_tuning::for_server();
@@ -117,13 +115,13 @@ fn parse_cli(argv: &[String]) -> Cli {
 }
 
 fn beanstalkd(args: &[String]) -> settings::Settings {
-    match compat::parse(args) {
-        compat::Compat::Run(s) => *s,
-        compat::Compat::Print(text) => {
+    match dropin::beanstalkd::parse(args) {
+        dropin::beanstalkd::Compat::Run(s) => *s,
+        dropin::beanstalkd::Compat::Print(text) => {
             print!("{text}");
             std::process::exit(0)
         }
-        compat::Compat::Fail(text, code) => {
+        dropin::beanstalkd::Compat::Fail(text, code) => {
             eprint!("{text}");
             if !text.ends_with('\n') {
                 eprintln!();
@@ -134,10 +132,10 @@ fn beanstalkd(args: &[String]) -> settings::Settings {
 }
 
 fn gearmand(args: &[String]) -> settings::Settings {
-    use gearmand_compat::Gearmand;
-    match gearmand_compat::parse(args, std::env::var("GEARMAND_PORT").ok()) {
+    use dropin::gearmand::Gearmand;
+    match dropin::gearmand::parse(args, std::env::var("GEARMAND_PORT").ok()) {
         Gearmand::Run(launch) => {
-            if let Err(e) = gearmand_compat::prepare(&launch) {
+            if let Err(e) = dropin::gearmand::prepare(&launch) {
                 eprintln!("gearmand (jobyard): {e}");
                 std::process::exit(1)
             }
