@@ -33,6 +33,7 @@ mod worker;
 use std::time::{Duration, Instant};
 
 use hyper::Method;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Map, Value};
 
 pub use error::Error;
@@ -160,17 +161,17 @@ impl Client {
     }
 }
 
+/// The bytes escaped in a path segment: all but RFC 3986's unreserved characters, also
+/// those a segment may legally hold, so a name survives any server's path parsing.
+const ESCAPED_IN_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a queue name for a path segment (names may hold `/`, `%`, `?`).
 pub(crate) fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, ESCAPED_IN_SEGMENT).to_string()
 }
 
 #[cfg(test)]
@@ -181,6 +182,7 @@ mod tests {
     fn queue_names_are_encoded_for_a_path() {
         assert_eq!(encode_segment("emails"), "emails");
         assert_eq!(encode_segment("a/b c%"), "a%2Fb%20c%25");
+        assert_eq!(encode_segment("x-1_.~é?"), "x-1_.~%C3%A9%3F");
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod table;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
 use crate::client::{Client, Failure};
@@ -87,15 +88,17 @@ pub fn run(args: CtlArgs) -> i32 {
     }
 }
 
+/// The bytes escaped in a path segment or query value: all but RFC 3986's unreserved
+/// characters, so a queue name can neither end its segment nor start a parameter.
+const ESCAPED_IN_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes a name for a path segment or a query value.
 fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    utf8_percent_encode(s, ESCAPED_IN_SEGMENT).to_string()
 }
 
 fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
@@ -161,5 +164,6 @@ mod tests {
     fn names_are_percent_encoded_in_paths() {
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
         assert_eq!(enc("plain-name_1.x"), "plain-name_1.x");
+        assert_eq!(enc("~é&?%"), "~%C3%A9%26%3F%25");
     }
 }
