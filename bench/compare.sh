@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side comparison of jobyard with Debian's beanstalkd and gearmand on this machine.
 #
-#   bash bench/compare.sh            # full run: 3 rounds, 5 s per workload, memory/restart (~10 min)
+#   bash bench/compare.sh            # full run: 3 rounds, 5 s per workload, memory/restart (~23 min with the jobd, WMP and flows sections)
 #   bash bench/compare.sh --quick    # ~2-3 min: 3 rounds of 1 s runs, 100k-job memory/restart
 #
 # Options: --rounds N, --duration S, --only beanstalk|gearman, --no-memory, --no-build,

@@ -7,7 +7,7 @@
 #        [--out FILE] [--no-build]
 #
 # Saturated runs last S seconds (default 5); the fixed-rate runs F seconds (default 30, so
-# that the p99 is of 300 flows at 10/s), after W seconds at the same rate (default 60)
+# that the p99 is of 300 flows at 10/s), after W seconds at the same rate (default 120)
 # that the Node client reports apart as its cold start. The Node part ends with the
 # ceiling of one Node process's HTTP requests per second against the same server, then
 # runs the linear fixed-rate measurement again with V8's helper threads at idle priority.
