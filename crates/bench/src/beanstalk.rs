@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
+use crate::ready::JobCount;
 use crate::run::{body_stamp, stamped_body, Meter, Report, Shared};
 use crate::Opts;
 
@@ -418,63 +419,25 @@ pub fn stats_value(yaml: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// Polls `stats` (connecting again while refused) until `current-jobs-ready` ≥ `count`.
-/// Returns (seconds to connect, seconds to ready, jobs ready), measured from `since`.
-pub async fn wait_ready(
-    addr: SocketAddr,
-    count: u64,
-    since: Instant,
-    limit: Instant,
-) -> Result<(f64, f64, u64), String> {
-    let mut last = 0;
-    let mut connected_at = None;
-    while Instant::now() < limit {
-        let mut c = match Conn::connect(addr).await {
-            Ok(c) => c,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                continue;
-            }
-        };
-        let connected = *connected_at.get_or_insert_with(Instant::now);
-        loop {
-            if Instant::now() >= limit {
-                break;
-            }
-            let res: io::Result<u64> = async {
-                c.out.extend_from_slice(b"stats\r\n");
-                c.flush().await?;
-                let line = c.line().await?;
-                let n: usize = std::str::from_utf8(c.get(line))
-                    .ok()
-                    .and_then(|l| l.strip_prefix("OK "))
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| io::Error::other(format!("stats: {:?}", text(&c, line))))?;
-                let body = c.take(n + 2).await?;
-                let yaml = String::from_utf8_lossy(c.get(body)).into_owned();
-                Ok(stats_value(&yaml, "current-jobs-ready").unwrap_or(0))
-            }
-            .await;
-            match res {
-                Ok(n) => {
-                    last = n;
-                    if n >= count {
-                        let now = Instant::now();
-                        return Ok((
-                            connected.duration_since(since).as_secs_f64(),
-                            now.duration_since(since).as_secs_f64(),
-                            n,
-                        ));
-                    }
-                }
-                Err(_) => break,
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+/// Counts `current-jobs-ready` in `stats`: every job back after a restart.
+pub struct ReadyJobs;
+
+impl JobCount for ReadyJobs {
+    const STATE: &'static str = "ready";
+
+    async fn count(&self, c: &mut Conn) -> io::Result<u64> {
+        c.out.extend_from_slice(b"stats\r\n");
+        c.flush().await?;
+        let line = c.line().await?;
+        let n: usize = std::str::from_utf8(c.get(line))
+            .ok()
+            .and_then(|l| l.strip_prefix("OK "))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("stats: {:?}", text(c, line))))?;
+        let body = c.take(n + 2).await?;
+        let yaml = String::from_utf8_lossy(c.get(body)).into_owned();
+        Ok(stats_value(&yaml, "current-jobs-ready").unwrap_or(0))
     }
-    Err(format!(
-        "only {last} of {count} jobs ready before the time limit"
-    ))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::beanstalk::join_all;
 use crate::conn::Conn;
+use crate::ready::JobCount;
 use crate::run::{Meter, Report, Shared};
 use crate::Opts;
 
@@ -355,62 +356,27 @@ pub fn status_total(reply: &str, function: &str) -> Option<u64> {
     })
 }
 
-/// Polls the admin `status` command (connecting again while refused) until `function` has
-/// at least `count` jobs. Returns (seconds to connect, seconds to ready, jobs), from `since`.
-pub async fn wait_ready(
-    addr: SocketAddr,
-    function: &str,
-    count: u64,
-    since: Instant,
-    limit: Instant,
-) -> Result<(f64, f64, u64), String> {
-    let mut last = 0;
-    let mut connected_at = None;
-    while Instant::now() < limit {
-        let mut c = match Conn::connect(addr).await {
-            Ok(c) => c,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                continue;
+/// Counts one function's total in the admin `status` command: its jobs back after a restart.
+pub struct FunctionTotal<'a>(pub &'a str);
+
+impl JobCount for FunctionTotal<'_> {
+    const STATE: &'static str = "queued";
+
+    async fn count(&self, c: &mut Conn) -> io::Result<u64> {
+        c.out.extend_from_slice(b"status\n");
+        c.flush().await?;
+        let mut reply = String::new();
+        loop {
+            let line = c.line().await?;
+            let l = lossy(c.get(line));
+            if l == "." {
+                break;
             }
-        };
-        let connected = *connected_at.get_or_insert_with(Instant::now);
-        while Instant::now() < limit {
-            let res: io::Result<u64> = async {
-                c.out.extend_from_slice(b"status\n");
-                c.flush().await?;
-                let mut reply = String::new();
-                loop {
-                    let line = c.line().await?;
-                    let l = lossy(c.get(line));
-                    if l == "." {
-                        break;
-                    }
-                    reply.push_str(&l);
-                    reply.push('\n');
-                }
-                Ok(status_total(&reply, function).unwrap_or(0))
-            }
-            .await;
-            match res {
-                Ok(n) => {
-                    last = n;
-                    if n >= count {
-                        return Ok((
-                            connected.duration_since(since).as_secs_f64(),
-                            Instant::now().duration_since(since).as_secs_f64(),
-                            n,
-                        ));
-                    }
-                }
-                Err(_) => break,
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            reply.push_str(&l);
+            reply.push('\n');
         }
+        Ok(status_total(&reply, self.0).unwrap_or(0))
     }
-    Err(format!(
-        "only {last} of {count} jobs queued before the time limit"
-    ))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod flows;
 mod gearman;
 mod hist;
 mod procfs;
+mod ready;
 mod run;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -318,8 +319,13 @@ fn wait_ready(w: WaitArgs) {
     let rt = runtime(1);
     let result = rt.block_on(async {
         match w.proto {
-            Proto::Beanstalk => beanstalk::wait_ready(addr, w.count, since, limit).await,
-            Proto::Gearman => gearman::wait_ready(addr, &w.queue, w.count, since, limit).await,
+            Proto::Beanstalk => {
+                ready::wait_ready(addr, beanstalk::ReadyJobs, w.count, since, limit).await
+            }
+            Proto::Gearman => {
+                let probe = gearman::FunctionTotal(&w.queue);
+                ready::wait_ready(addr, probe, w.count, since, limit).await
+            }
         }
     });
     let proto = match w.proto {
@@ -332,7 +338,11 @@ fn wait_ready(w: WaitArgs) {
         .map(|(k, v)| format!(",{}:{}", run::json_str(k), run::json_str(v)))
         .collect();
     match result {
-        Ok((connect_s, ready_s, jobs)) => {
+        Ok(ready::Ready {
+            connect_s,
+            ready_s,
+            jobs,
+        }) => {
             println!(
                 "{{\"proto\":\"{proto}\",\"workload\":\"wait-ready\",\"addr\":\"{addr}\",\"jobs_ready\":{jobs},\"connect_s\":{},\"ready_s\":{}{tags}}}",
                 run::json_num(connect_s),
