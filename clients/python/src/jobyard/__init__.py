@@ -5,9 +5,14 @@ blocking `Client` and an asyncio `AsyncClient` of the same methods.
     import jobyard
 
     with jobyard.Client("http://127.0.0.1:8080") as client:
-        job_id = client.put("emails", "hello")
         with client.worker("emails", lambda job: job.body.upper(), concurrency=4):
-            print(client.wait(job_id).result)
+            ...                          # the pool serves "emails" until the block ends
+
+    with jobyard.Client() as client:    # JOBYARD_URL, JOBYARD_TOKEN, JOBYARD_CA_CERT
+        job_id = client.put("emails", "hello")
+        print(client.wait(job_id, timeout=60).result)
+
+README.md (beside this package's pyproject.toml) has the whole tour.
 """
 
 from .aio import AsyncClient

@@ -5,13 +5,13 @@ pool's loop (pool.py) is the same for both."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Generic, Optional, Sequence, TypeVar
+from typing import Any, Dict, Generic, Optional, Sequence, TypeVar, Union
 
 from . import calls
 from .calls import Call, LeaseReply
 from .types import Job, Retry, StageJob
 
-J = TypeVar("J", Job, StageJob)
+J = TypeVar("J", bound=Union[Job, StageJob])
 
 
 class Kind(Generic[J]):

@@ -62,7 +62,7 @@ class AsyncWorkerPool(Generic[J]):
         lease: Optional[float] = None,
     ) -> None:
         self._send = send
-        self._kind = kind
+        self._kind: Kind[J] = kind
         self._run = run
         self._concurrency = max(1, concurrency)
         self._poll_wait = min(max(0.0, poll_wait), calls.MAX_WAIT)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Generic, Optional
+from typing import Any, Callable, Generic, Optional, Tuple
 
 from .aio import AsyncClient
 from .kinds import J, Kind
@@ -41,13 +41,14 @@ class WorkerPool(Generic[J]):
         self._final: Optional[Summary] = None
         self._lock = threading.Lock()
 
-        async def start() -> "tuple[AsyncClient, AsyncWorkerPool[J]]":
+        async def start() -> Tuple[AsyncClient, AsyncWorkerPool[J]]:
             client = AsyncClient.from_settings(settings)
             run = self._runner(handler)
             pool = AsyncWorkerPool(client.send, kind, run, concurrency, poll_wait, lease)
             return client, pool.start()
 
-        self._client, self._pool = self._call(start())
+        started: Tuple[AsyncClient, AsyncWorkerPool[J]] = self._call(start())
+        self._client, self._pool = started
 
     def _runner(self, handler: Callable[[J], Any]) -> Callable[[J], "asyncio.Future[Any]"]:
         loop, handlers = self._loop, self._handlers
