@@ -13,7 +13,9 @@
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
 #           requests (HTTP API tests), pyzmq (libzmq peers for the 14/WMP tests),
 #           pymysql (the jobd benchmark)
-#           selenium (drives chromium through chromium-driver)
+#           selenium (drives chromium through chromium-driver), httpx (the Python client's
+#           HTTP library)
+#   Local:  the Python client itself (`pip install ./clients/python`, package `jobyard`)
 set -euo pipefail
 
 SUDO=""
@@ -79,6 +81,7 @@ $PY -c 'import prometheus_client' 2>/dev/null || py_need+=(prometheus-client)
 # MySQL client for the jobd benchmark (bench/jobd.sh).
 $PY -c 'import pymysql' 2>/dev/null || py_need+=(pymysql)
 $PY -c 'import selenium' 2>/dev/null || py_need+=(selenium)
+$PY -c 'import httpx' 2>/dev/null || py_need+=(httpx)
 # The Prometheus project's own parser reads /metrics in the tests.
 $PY -c 'import prometheus_client' 2>/dev/null || py_need+=(prometheus-client)
 if [ ${#py_need[@]} -gt 0 ]; then
@@ -93,9 +96,21 @@ if [ ${#py_need[@]} -gt 0 ]; then
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     $PY -m pip install -q "${user_flag[@]}" "${py_need[@]}"
 fi
+# The Python client from this checkout (its tests import its src/ directly; the install is
+# for programs on this machine). Looked for from / so that nothing in the checkout passes for it.
+if ! (cd / && $PY -c 'import jobyard.aio') 2>/dev/null; then
+  echo "setup: installing the Python client (clients/python)"
+  user_flag=()
+  if [ "$(id -u)" -ne 0 ] && ! $PY -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    user_flag=(--user)
+  fi
+  quietly env PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    $PY -m pip install -q "${user_flag[@]}" "$(dirname "$0")/../clients/python"
+fi
 
 # Fail here, clearly, rather than in the middle of the tests.
-$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, selenium, zmq, prometheus_client' \
+$PY -c 'import greenstalk, pystalk, pytest, pytest_timeout, requests, selenium, zmq, prometheus_client, httpx' \
   || { echo "setup: Python packages still missing for $PY" >&2; exit 1; }
 command -v php >/dev/null || { echo "setup: php is missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "setup: node is missing" >&2; exit 1; }

@@ -19,4 +19,6 @@ timeout --foreground 1500 cargo test --workspace --quiet 2>&1 | tee target/cargo
 timeout --foreground 1500 python3 -m pytest -q -rfE tests
 # The Node client (clients/node) against the real server, with Node's own test runner.
 timeout --foreground 600 node --test --test-timeout=120000 clients/node/test/*.test.js
+# The Python client (clients/python) against the real server.
+timeout --foreground 300 python3 -m pytest -q -rfE clients/python/tests
 bash scripts/fuzz.sh "${JOBYARD_FUZZ_SECONDS:-10}"
