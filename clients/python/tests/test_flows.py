@@ -4,11 +4,10 @@ carrying a job to its end, waiting for it, lookups, failures, and a stage's fenc
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from pyclient_testlib import PATIENCE, client, http, start_http  # noqa: F401
+from pyclient_testlib import PATIENCE, client, http, start_http, wait_until  # noqa: F401
 
 import jobyard
 
@@ -76,8 +75,9 @@ def test_a_stage_lease_is_fenced_too(client):
     first = client.lease_stage("hello", lease=0.2, wait=5)
     assert (first.id, first.stage, first.token) == (job_id, "hello", 1)
     assert first.input["who"] == "cy"
-    time.sleep(0.5)  # runs out: retried once the stage allows, else failed
-    assert client.flow_job(job_id)["state"] in ("waiting", "failed")
+    # The lease runs out: the job is failed, as the stage allows no retries.
+    wait_until(lambda: client.flow_job(job_id)["state"] == "failed", "the lease to run out")
+    assert client.flow_job(job_id)["fields"]["failedErrorMsg"] == "hello lock time exceeded"
     with pytest.raises(jobyard.StaleTokenError):
         client.complete(first, {"greeting": "late"})
     assert "greeting" not in client.flow_job(job_id)["fields"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pyclient_testlib import Waiter, client, http, start_http  # noqa: F401
+from pyclient_testlib import Waiter, client, http, start_http, wait_until  # noqa: F401
 
 import jobyard
 
@@ -16,7 +16,6 @@ def test_a_stale_token_is_refused_after_the_job_was_leased_again(client):
     job_id = client.put("fenced", "payload")
     first = client.lease("fenced", lease=0.2)
     assert (first.id, first.token) == (job_id, 1)
-    time.sleep(0.5)  # the first lease runs out; the job is ready again
     second = client.lease("fenced", wait=5)
     assert (second.id, second.token) == (job_id, 2) and second.worker != first.worker
 
@@ -36,7 +35,7 @@ def test_a_stale_token_is_refused_after_the_job_was_leased_again(client):
 def test_a_lease_that_ran_out_is_not_leased_any_more(client):
     client.put("expiring", "x")
     job = client.lease("expiring", lease=0.2)
-    time.sleep(0.5)
+    wait_until(lambda: client.job(job.id)["state"] == "ready", "the lease to run out")
     with pytest.raises(jobyard.NotLeasedError) as refused:
         client.complete(job, "too late")
     assert refused.value.code == "not_leased"
@@ -46,11 +45,12 @@ def test_a_lease_that_ran_out_is_not_leased_any_more(client):
 def test_heartbeats_keep_a_lease_and_release_gives_the_job_back(client):
     job_id = client.put("kept", "x", ttr=1)
     worker = client.open_worker()
-    job = client.lease("kept", worker=worker, lease=0.4)
-    assert job.worker == worker and job.lease_ms == 400
+    job = client.lease("kept", worker=worker, lease=1.0)
+    assert job.worker == worker and job.lease_ms == 1000
+    # Longer than the lease in all, so without the heartbeats it would run out.
     for _ in range(3):
-        time.sleep(0.2)
-        deadline = client.heartbeat(job, lease=0.4)
+        time.sleep(0.4)
+        deadline = client.heartbeat(job, lease=1.0)
         assert deadline >= job.deadline_ms
     assert client.job(job_id)["state"] == "reserved"
     assert client.release(job, priority=3, delay=0) == "ready"
