@@ -1,11 +1,11 @@
 //! Feeds arbitrary bytes, split at arbitrary points, to the jobd EOT/JSON decoder and the
-//! session rules: nothing may panic, buffered input never exceeds the frame cap plus one
+//! connection rules: nothing may panic, buffered input never exceeds the frame cap plus one
 //! read, and after an oversized frame the decoder yields nothing more.
 #![no_main]
 
 use bytes::BytesMut;
+use jobyard_jobd::connection::{Action, ConnectionRules};
 use jobyard_jobd::protocol::{Decoder, Incoming};
-use jobyard_jobd::session::{Session, Step};
 use libfuzzer_sys::fuzz_target;
 
 const MAX_FRAME: usize = 1024;
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let chunk = (split as usize % 64) + 1;
     let mut decoder = Decoder::new(MAX_FRAME);
-    let mut session = Session::new(Some("pw".into()), split & 1 == 0);
+    let mut rules = ConnectionRules::new(Some("pw".into()), split & 1 == 0);
     let mut buf = BytesMut::new();
     let mut failed = false;
     for piece in input.chunks(chunk) {
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
             if matches!(msg, Incoming::TooLarge(_)) {
                 failed = true;
             }
-            if let Step::Reply(bytes) | Step::Close(bytes) = session.step(msg) {
+            if let Action::Write(bytes) | Action::WriteAndClose(bytes) = rules.decide(msg) {
                 assert_eq!(bytes.last(), Some(&4u8));
             }
         }

@@ -4,18 +4,24 @@ mod common;
 
 use common::*;
 use jobyard_jobd::config::MasterConfig;
-use jobyard_jobd::jobctl::jobctl;
+use jobyard_jobd::jobctl::{run_command, Endpoint};
 use jobyard_jobd::{start_jobd, start_master};
 
-async fn run(args: &[&str]) -> (i32, String, String) {
+/// A worker's (or with `master`, a master's) endpoint on this machine.
+fn endpoint(master: bool, port: u16, password: Option<&str>) -> Endpoint {
+    Endpoint {
+        master,
+        host: "127.0.0.1".into(),
+        port,
+        password: password.map(str::to_string),
+    }
+}
+
+async fn run(endpoint: &Endpoint, command: &[&str]) -> (i32, String, String) {
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = jobctl(
-        args.iter().map(|s| s.to_string()).collect(),
-        &mut out,
-        &mut err,
-    )
-    .await;
+    let args: Vec<String> = command[1..].iter().map(|s| s.to_string()).collect();
+    let code = run_command(endpoint, command[0], &args, &mut out, &mut err).await;
     (
         code,
         String::from_utf8(out).unwrap(),
@@ -35,11 +41,8 @@ async fn worker_commands() {
     ))
     .await
     .unwrap();
-    let port = w.addr.port().to_string();
-    let conf = jobs.path("jobctl.conf");
-    std::fs::write(&conf, format!("port = {port}\npassword = pw\n")).unwrap();
-    let conf = conf.to_str().unwrap();
-    let (code, out, err) = run(&["--config", conf, "list-targets"]).await;
+    let worker = &endpoint(false, w.addr.port(), Some("pw"));
+    let (code, out, err) = run(worker, &["list-targets"]).await;
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(
@@ -47,45 +50,45 @@ async fn worker_commands() {
         "{out}"
     );
     assert!(out.contains(" t1     | 2           | 0      | no"), "{out}");
-    let (code, out, _) = run(&["--config", conf, "pause", "t2"]).await;
+    let (code, out, _) = run(worker, &["pause", "t2"]).await;
     assert_eq!((code, out.as_str()), (0, "ok\n"));
-    let (_, out, _) = run(&["--config", conf, "list-targets"]).await;
+    let (_, out, _) = run(worker, &["list-targets"]).await;
     assert!(
         out.contains(" t2     | 1           | 0      | yes"),
         "{out}"
     );
-    let (code, out, _) = run(&["--config", conf, "memory-usage"]).await;
+    let (code, out, _) = run(worker, &["memory-usage"]).await;
     assert_eq!(code, 0);
     assert!(
         out.contains("rss") && out.contains("pendingJobPromises"),
         "{out}"
     );
-    let (code, out, _) = run(&["--config", conf, "set-target-concurrency", "t1", "5"]).await;
+    let (code, out, _) = run(worker, &["set-target-concurrency", "t1", "5"]).await;
     assert_eq!((code, out.as_str()), (0, "ok\n"));
     // Server errors: printed, exit 0 (as jobctl does).
-    let (code, out, err) = run(&["--config", conf, "poll", "nope"]).await;
+    let (code, out, err) = run(worker, &["poll", "nope"]).await;
     assert_eq!((code, out.as_str()), (0, ""));
     assert_eq!(err, "ERROR [jobctl] Worker error: invalid target 'nope'\n");
-    let (code, _, err) = run(&["--config", conf, "poll"]).await;
+    let (code, _, err) = run(worker, &["poll"]).await;
     assert_eq!(
         (code, err.as_str()),
         (1, "ERROR [jobctl] No targets specified.\n")
     );
-    let (code, _, err) = run(&["--config", conf, "frobnicate"]).await;
+    let (code, _, err) = run(worker, &["frobnicate"]).await;
     assert_eq!(
         (code, err.as_str()),
         (1, "ERROR [jobctl] Unsupported command: 'frobnicate'\n")
     );
-    // Options on the command line win over the config; a wrong password is an error.
-    let (code, _, err) = run(&["--port", &port, "list-targets"]).await;
+    // Without the password: an error.
+    let (code, _, err) = run(&endpoint(false, w.addr.port(), None), &["list-targets"]).await;
     assert_eq!(code, 0);
     assert!(err.contains("invalid password"), "{err}");
     // New commands: run-manual and send-signal.
     let id = db.insert("t1", "manual").await;
-    let (code, out, _) = run(&["--config", conf, "run-manual", &id.to_string()]).await;
+    let (code, out, _) = run(worker, &["run-manual", &id.to_string()]).await;
     assert_eq!(code, 0);
     assert!(out.contains("\"result\": \"ok\""), "{out}");
-    let (code, out, _) = run(&["--config", conf, "send-signal", "12345", "SIGTERM"]).await;
+    let (code, out, _) = run(worker, &["send-signal", "12345", "SIGTERM"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("\"12345\": false"), "{out}");
     w.shutdown().await;
@@ -102,10 +105,10 @@ async fn master_commands_and_connection_failure() {
     cfg.name = "alpha".into();
     cfg.master = Some(("127.0.0.1".into(), m.addr.port()));
     let w = start_jobd(cfg).await.unwrap();
-    let port = m.addr.port().to_string();
+    let master = &endpoint(true, m.addr.port(), None);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let (_, out, _) = run(&["--master", "--port", &port, "list-workers"]).await;
+        let (_, out, _) = run(master, &["list-workers"]).await;
         if out.contains("alpha") {
             assert!(out.lines().next().unwrap().starts_with(" WORKER"), "{out}");
             assert!(out.contains("(127.0.0.1)"), "{out}");
@@ -116,17 +119,15 @@ async fn master_commands_and_connection_failure() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     for cmd in [vec!["poke", "a"], vec!["pause", "a"], vec!["continue"]] {
-        let mut args = vec!["--master", "--port", &port];
-        args.extend(cmd.iter());
-        let (code, out, err) = run(&args).await;
+        let (code, out, err) = run(master, &cmd).await;
         assert_eq!((code, out.as_str()), (0, "ok\n"), "{cmd:?} {err}");
     }
-    let (code, out, _) = run(&["--master", "--port", &port, "memory-usage"]).await;
+    let (code, out, _) = run(master, &["memory-usage"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("rss") && !out.contains("pendingJobPromises"));
     w.shutdown().await;
     m.shutdown().await;
-    let (code, _, err) = run(&["--master", "--port", &port, "list-workers"]).await;
+    let (code, _, err) = run(master, &["list-workers"]).await;
     assert_eq!(code, 1);
     // (Normally "cannot connect …: Connection refused"; on a busy machine another process
     // may grab the freed port, so only the error form is checked.)

@@ -720,7 +720,7 @@ async fn a_batched_done_write_stores_each_rows_own_end_and_skips_a_deleted_row()
     // The writer stores the ends of jobs that finish together with one UPDATE (a CASE per
     // column). Every row must get its own values, NULLs included, and a row the user
     // deleted meanwhile must neither fail the batch nor come back.
-    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::launch::Outcome;
 
     let db = test_db().await;
     let ids: Vec<u64> = {
@@ -829,7 +829,7 @@ async fn one_fetch_serves_several_targets_whatever_their_names() {
 async fn ends_sharing_columns_keep_their_own_values_when_carried() {
     // Carried ends that agree on a column have it written once for all rows; the column
     // they differ in (stdout here) must still reach each row as its own.
-    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::launch::Outcome;
 
     let db = test_db().await;
     let ended = [
@@ -903,7 +903,7 @@ async fn a_fetch_commits_the_ends_it_carries_with_the_rows_it_takes() {
     // Jobs that end while a fetch is open are written `done` in that fetch's transaction.
     // Each row must get its own end, NULLs and quotes included, in the same commit that
     // marks the fetched rows `running`; a fetch that fails writes none of them.
-    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::launch::Outcome;
 
     let db = test_db().await;
     let ended = [
@@ -995,7 +995,7 @@ async fn a_fetch_whose_commit_fails_leaves_no_row_locked() {
     // its transaction must not stay open on the fetch connection. It is rolled back before
     // the failed commit returns, so the very next fetch (the worker refetches at once after
     // a refused end) finds the row unlocked: no retry here.
-    use jobyard_jobd::launcher::Outcome;
+    use jobyard_jobd::launch::Outcome;
 
     let db = test_db().await;
     let ended = db.insert("t1", "running").await;
@@ -1024,7 +1024,7 @@ async fn a_kept_connection_the_server_closed_while_idle_is_replaced_before_use()
     // on every use. One left idle may have been closed by the server meanwhile
     // (`wait_timeout`, a restart): it is checked before its next use after an idle spell
     // and replaced, rather than failing the fetch that uses it.
-    use jobyard_jobd::dedicated::Dedicated;
+    use jobyard_jobd::store::dedicated::Dedicated;
     use sqlx::mysql::MySqlConnectOptions;
 
     let db = test_db().await;

@@ -6,6 +6,7 @@
 
 mod dropin;
 mod malloc_tuning;
+mod package_files;
 mod run;
 mod settings;
 
@@ -64,6 +65,9 @@ enum Cmd {
     WmpWorker(dropin::wmp::WorkerArgs),
     /// Run a 14/WMP device between workers and several managers.
     WmpDevice(dropin::wmp::DeviceArgs),
+    /// Write the man pages and shell completions into OUT_DIR (for packagers).
+    #[command(hide = true)]
+    PackageFiles { out_dir: std::path::PathBuf },
 }
 
 fn main() {
@@ -75,9 +79,9 @@ fn main() {
         .unwrap_or("");
     let rest = || argv[1..].to_vec();
     match invoked_as {
-        "jobd" => std::process::exit(jobyard_jobd::run_jobd(rest())),
-        "jobd-master" => std::process::exit(jobyard_jobd::run_master(rest())),
-        "jobctl" => std::process::exit(jobyard_jobd::run_jobctl(rest())),
+        "jobd" => std::process::exit(dropin::jobd::jobd(rest())),
+        "jobd-master" => std::process::exit(dropin::jobd::master(rest())),
+        "jobctl" => std::process::exit(dropin::jobd::jobctl(rest())),
         _ => {}
     }
     let settings = if invoked_as == "beanstalkd" {
@@ -93,11 +97,14 @@ fn main() {
             Cmd::Beanstalkd { args } => beanstalkd(&args),
             Cmd::Gearmand { args } => gearmand(&args),
             Cmd::Ctl(args) => std::process::exit(jobyard_ctl::run(args)),
-            Cmd::Jobd { args } => std::process::exit(jobyard_jobd::run_jobd(args)),
-            Cmd::JobdMaster { args } => std::process::exit(jobyard_jobd::run_master(args)),
-            Cmd::Jobctl { args } => std::process::exit(jobyard_jobd::run_jobctl(args)),
+            Cmd::Jobd { args } => std::process::exit(dropin::jobd::jobd(args)),
+            Cmd::JobdMaster { args } => std::process::exit(dropin::jobd::master(args)),
+            Cmd::Jobctl { args } => std::process::exit(dropin::jobd::jobctl(args)),
             Cmd::WmpWorker(args) => std::process::exit(dropin::wmp::worker(args)),
             Cmd::WmpDevice(args) => std::process::exit(dropin::wmp::device(args)),
+            Cmd::PackageFiles { out_dir } => {
+                std::process::exit(package_files::write(Cli::command(), &out_dir))
+            }
         }
     };
     malloc_tuning::for_server();

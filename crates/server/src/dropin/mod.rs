@@ -5,4 +5,5 @@
 
 pub mod beanstalkd;
 pub mod gearmand;
+pub mod jobd;
 pub mod wmp;
