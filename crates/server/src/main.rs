@@ -6,7 +6,6 @@
 
 mod dropin;
 mod malloc_tuning;
-mod package_files;
 mod run;
 mod settings;
 
@@ -65,9 +64,6 @@ enum Cmd {
     WmpWorker(dropin::wmp::WorkerArgs),
     /// Run a 14/WMP device between workers and several managers.
     WmpDevice(dropin::wmp::DeviceArgs),
-    /// Write the man pages and shell completions into OUT_DIR (for packagers).
-    #[command(hide = true)]
-    PackageFiles { out_dir: std::path::PathBuf },
 }
 
 fn main() {
@@ -102,9 +98,6 @@ fn main() {
             Cmd::Jobctl { args } => std::process::exit(dropin::jobd::jobctl(args)),
             Cmd::WmpWorker(args) => std::process::exit(dropin::wmp::worker(args)),
             Cmd::WmpDevice(args) => std::process::exit(dropin::wmp::device(args)),
-            Cmd::PackageFiles { out_dir } => {
-                std::process::exit(package_files::write(Cli::command(), &out_dir))
-            }
         }
     };
     malloc_tuning::for_server();
