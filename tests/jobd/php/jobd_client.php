@@ -1,6 +1,7 @@
 <?php
 // A stand-in for ch1p/jobd-client 1.6 (its registry is unreachable from here), written
-// from its documented wire behaviour (docs reference §10), strict where it is strict:
+// from its documented wire behaviour (summed up below; the protocol: docs/jobd.md),
+// strict where it is strict:
 //  - IPv4 socket, request number from mt_rand(1, 999999), pre-incremented, wraps to 1;
 //  - requests are json_encode([0, {type, no, data?, password?}]) + EOT; `data` cast to an
 //    object; status() sends no data; the password only on the first request, if non-empty;
