@@ -3,7 +3,7 @@
 //! be found (or not) among configured tokens without panicking either.
 #![no_main]
 
-use jobyard_ops::access::{decode_authorization, Role, Tokens};
+use jobyard_http::security::{decode_authorization, Role, Tokens};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,6 +7,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Some((&which, body)) = data.split_first() {
-        let _ = jobyard_http::flow_fuzz::decode(which, body);
+        let _ = jobyard_http::fuzzing::decode_flow(which, body);
     }
 });

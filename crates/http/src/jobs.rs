@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::encoding::{attributes_in, attributes_out, bytes_in, bytes_out, preview_out};
 use crate::error::ApiError;
 use crate::extract::{job_id, JsonBody, Params, PathText};
-use crate::leases::holder;
+use crate::leasing::holder;
 use crate::limits::{BODY_PREVIEW_BYTES, MAX_WAIT_MS};
 use crate::queues::check_plain_queue;
 use crate::state::{Api, Command};

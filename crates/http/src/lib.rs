@@ -11,30 +11,29 @@
 //! result waits), and stops when the gate shuts down. Like every front end it replies to
 //! a change only once the log holds it (`broker.wait_durable`).
 //!
-//! The listener is guarded as [`Security`] says: tokens checked on every request
-//! ([`jobyard_ops::access`]), optional TLS ([`tls`]), and no open listener beyond loopback
-//! unless asked for (docs/security.md).
+//! The listener is guarded as [`Security`] says: tokens checked on every request,
+//! optional TLS, and no open listener beyond loopback unless asked for; all of it is in
+//! [`security`] (docs/security.md).
 
 mod encoding;
 mod error;
 mod extract;
-mod flow_errors;
-/// Entry points for the flow request fuzz target (fuzz/).
-pub mod flow_fuzz;
-mod flow_jobs;
-mod flow_work;
 mod flows;
+/// Entry points for the fuzz targets (fuzz/): every decoder of the bytes a client sends.
+pub mod fuzzing;
 mod jobs;
 mod leases;
+mod leasing;
 /// Every bound on what a client sends (docs/http-api.md, "Limits").
 pub mod limits;
 mod listener;
 mod queues;
 mod routes;
-mod security;
+/// Who may use the listener: tokens and roles, the guard, TLS, the loopback rule.
+pub mod security;
 mod state;
-/// TLS on the listener: certificate files and the per-connection handshake.
-pub mod tls;
+#[cfg(test)]
+mod test_support;
 mod workers;
 
 use std::sync::Arc;
@@ -51,46 +50,9 @@ pub use routes::table as routes;
 pub use security::Security;
 
 use crate::listener::GatedListener;
+use crate::security::tls;
 use crate::state::{Api, Inner, COMMAND_NAMES};
 use crate::workers::Workers;
-
-/// Entry points for the fuzz targets (fuzz/): every decoder of the bytes a client sends,
-/// called exactly as the handlers call them.
-pub mod fuzzing {
-    use crate::error::ApiError;
-    use crate::extract::{job_id, parse_json};
-    use crate::jobs::PutRequest;
-    use crate::leases::{
-        CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest, RouteRequest,
-    };
-    use crate::queues::{check_queue_name, parse_cursor};
-
-    /// Decodes and checks `body` as the request body of one kind of request (`which`
-    /// picks it), or `body` as path and query values; a refusal is an [`ApiError`].
-    pub fn decode(which: u8, body: &[u8], max_job_size: u32) -> Result<(), ApiError> {
-        match which % 8 {
-            0 => parse_json::<PutRequest>(body)?
-                .checked(max_job_size)
-                .map(drop),
-            1 => parse_json::<LeaseRequest>(body)?.checked().map(drop),
-            2 => parse_json::<HeartbeatRequest>(body)?.checked().map(drop),
-            3 => parse_json::<CompleteRequest>(body)?
-                .checked(max_job_size)
-                .map(drop),
-            4 => parse_json::<FailRequest>(body)?
-                .checked(max_job_size)
-                .map(drop),
-            5 => parse_json::<ReleaseRequest>(body).map(drop),
-            6 => parse_json::<RouteRequest>(body)?.checked().map(drop),
-            _ => {
-                let text = String::from_utf8_lossy(body);
-                let _ = job_id(&text);
-                let _ = parse_cursor(&text);
-                check_queue_name(&text)
-            }
-        }
-    }
-}
 
 /// Settings of the HTTP front end.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,9 +147,10 @@ impl FrontEnd for HttpFrontEnd {
         // Every route, the fallback included, is behind the access checks.
         let app = routes::router(api.clone())
             .merge(jobyard_ops::router(api.broker.clone()))
+            .merge(security::whoami_routes())
             .layer(axum::middleware::from_fn_with_state(
                 guard,
-                jobyard_ops::access::require_token,
+                security::require_token,
             ));
         let mut stop = gate.shutdown_signal();
         let listener = GatedListener {

@@ -2,7 +2,7 @@
 //! it is open, so `--max-connections` bounds HTTP connections too (with beanstalkd's,
 //! Gearman's and the worker sessions, all together). A connection beyond the limit is
 //! closed at once, as the other front ends do. With TLS configured, each connection
-//! does its handshake in its own task ([`crate::tls::LazyTls`]).
+//! does its handshake in its own task ([`crate::security::tls::LazyTls`]).
 
 use std::io;
 use std::pin::Pin;
@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-use crate::tls::LazyTls;
+use crate::security::tls::LazyTls;
 
 /// A TCP listener that admits connections through the gate.
 pub struct GatedListener {

@@ -11,9 +11,10 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::extract::PathText;
+use crate::flows::definitions;
 use crate::limits::MAX_URI_BYTES;
 use crate::state::{Api, Command};
-use crate::{flow_jobs, flow_work, flows, jobs, leases, queues};
+use crate::{flows, jobs, leases, queues};
 
 /// (method, path, handler) of every route.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
@@ -34,32 +35,36 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
         ("POST", "/v1/jobs/{id}/route", post(leases::route)),
         ("POST", "/v1/workers", post(create_worker)),
         ("DELETE", "/v1/workers/{worker}", delete(delete_worker)),
-        ("POST", "/v1/flows", post(flows::declare)),
-        ("GET", "/v1/flows", get(flows::list)),
-        ("GET", "/v1/flows/{flow}", get(flows::describe)),
-        ("POST", "/v1/flows/{flow}/jobs", post(flow_jobs::create)),
-        ("GET", "/v1/flows/{flow}/jobs", get(flow_jobs::by_key)),
-        ("GET", "/v1/flow-jobs/{id}", get(flow_jobs::get)),
-        ("DELETE", "/v1/flow-jobs/{id}", delete(flow_jobs::delete)),
+        ("POST", "/v1/flows", post(definitions::declare)),
+        ("GET", "/v1/flows", get(definitions::list)),
+        ("GET", "/v1/flows/{flow}", get(definitions::describe)),
+        ("POST", "/v1/flows/{flow}/jobs", post(flows::jobs::create)),
+        ("GET", "/v1/flows/{flow}/jobs", get(flows::jobs::by_key)),
+        ("GET", "/v1/flow-jobs/{id}", get(flows::jobs::get)),
+        ("DELETE", "/v1/flow-jobs/{id}", delete(flows::jobs::delete)),
         (
             "GET",
             "/v1/flow-jobs/{id}/position",
-            get(flow_jobs::position),
+            get(flows::jobs::position),
         ),
         (
             "POST",
             "/v1/flow-jobs/{id}/heartbeat",
-            post(flow_work::heartbeat),
+            post(flows::work::heartbeat),
         ),
         (
             "POST",
             "/v1/flow-jobs/{id}/complete",
-            post(flow_work::complete),
+            post(flows::work::complete),
         ),
-        ("POST", "/v1/flow-jobs/{id}/fail", post(flow_work::fail)),
-        ("POST", "/v1/flow-jobs/{id}/delay", post(flow_work::delay)),
-        ("POST", "/v1/stages/{stage}/lease", post(flow_work::lease)),
-        ("GET", "/v1/stages/{stage}/jobs", get(flow_jobs::stage_jobs)),
+        ("POST", "/v1/flow-jobs/{id}/fail", post(flows::work::fail)),
+        ("POST", "/v1/flow-jobs/{id}/delay", post(flows::work::delay)),
+        ("POST", "/v1/stages/{stage}/lease", post(flows::work::lease)),
+        (
+            "GET",
+            "/v1/stages/{stage}/jobs",
+            get(flows::jobs::stage_jobs),
+        ),
     ]
 }
 

@@ -12,13 +12,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{Cursor, Engine, Job, JobId, JobState, Millis};
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-use crate::access::{Granted, Role};
 
 /// Largest page a listing returns.
 pub const MAX_PAGE: usize = 500;
@@ -35,7 +33,6 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
         .route("/admin/api/jobs/{id}", get(job_view))
         .route("/admin/api/jobs/{id}/{action}", post(job_action))
         .route("/admin/api/drain", post(drain))
-        .route("/admin/api/whoami", get(whoami))
 }
 
 /// A JSON error with a stable code.
@@ -302,23 +299,6 @@ async fn queue_action(
     };
     broker.wait_durable(lsn).await;
     Ok(Json(result))
-}
-
-/// What the caller may do, so the dashboard can hide actions a read-only token would be
-/// refused. Without the access check in front (it is always there on the listener) the
-/// caller is treated as on an open listener.
-async fn whoami(granted: Option<Extension<Granted>>) -> Json<Value> {
-    let granted = granted.map_or(
-        Granted {
-            role: Role::Admin,
-            tokens_required: false,
-        },
-        |Extension(g)| g,
-    );
-    Json(json!({
-        "role": granted.role.as_str(),
-        "tokens_required": granted.tokens_required,
-    }))
 }
 
 async fn drain(State(broker): State<Arc<Broker>>) -> Json<Value> {

@@ -6,11 +6,9 @@
 //! queue's jobs page by page, a job, and the actions: kick, delete, bury, pause, resume,
 //! drain; the workers and worker processes every front end publishes in the broker's
 //! registry). Everything is read from the broker: the engine's queues, the metrics registry and
-//! the log's figures; nothing here is on a job's hot path. [`access`] guards the whole
-//! listener (these routes and the `/v1` API) with tokens when they are configured.
+//! the log's figures; nothing here is on a job's hot path. Who may reach these routes is
+//! the listener's business (`jobyard_http::security` guards them with the `/v1` API).
 
-/// Who may use the HTTP listener: tokens, roles and the middleware that checks them.
-pub mod access;
 mod admin;
 mod dashboard;
 pub mod lease_histogram;

@@ -1,13 +1,11 @@
-//! Who may reach the HTTP listener and how: tokens (checked by
-//! [`jobyard_ops::access`]), TLS, and the refusal to serve an open listener beyond
-//! loopback unless the operator says so.
+//! The listener's security settings, built from the flags: the tokens, TLS files, and
+//! whether an open listener may face the network; and what they make of the listener at
+//! start (the middleware's guard, the log line that says how it is guarded).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use jobyard_ops::access::{Guard, Role, Tokens};
-
-use crate::tls::TlsFiles;
+use super::{Guard, Role, TlsFiles, Tokens};
 
 /// The listener's access settings (`--http-token`, `--http-token-file`,
 /// `--http-insecure`, `--http-tls-cert`, `--http-tls-key`).
@@ -57,20 +55,6 @@ impl Security {
         })
     }
 
-    /// Refuses an open listener (no tokens) on `addr` unless it is loopback or the
-    /// operator passed `--http-insecure`: anyone who reaches it could delete every job.
-    pub fn check_exposure(&self, addr: SocketAddr) -> Result<(), String> {
-        if self.tokens.is_empty() && !self.insecure && !addr.ip().is_loopback() {
-            return Err(format!(
-                "refusing to serve the HTTP API on {addr} without access control: anyone who \
-                 reaches it could act on every job. Give tokens (--http-token or \
-                 --http-token-file), listen on loopback, or pass --http-insecure \
-                 (docs/security.md)"
-            ));
-        }
-        Ok(())
-    }
-
     /// What the middleware checks. An open listener that is not declared insecure is on
     /// loopback ([`Security::check_exposure`]), so it answers only to loopback names.
     pub fn guard(&self) -> Guard {
@@ -102,31 +86,6 @@ impl Security {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_open_listener_stays_on_loopback_unless_told_otherwise() {
-        let open = Security::default();
-        assert!(open
-            .check_exposure("127.0.0.1:8080".parse().unwrap())
-            .is_ok());
-        assert!(open.check_exposure("[::1]:8080".parse().unwrap()).is_ok());
-        let err = open
-            .check_exposure("0.0.0.0:8080".parse().unwrap())
-            .unwrap_err();
-        assert!(err.contains("--http-insecure"), "{err}");
-        let insecure = Security {
-            insecure: true,
-            ..Security::default()
-        };
-        assert!(insecure
-            .check_exposure("0.0.0.0:8080".parse().unwrap())
-            .is_ok());
-        let guarded =
-            Security::from_flags(Some("admin-token-0123456789"), None, false, None, None).unwrap();
-        assert!(guarded
-            .check_exposure("10.1.2.3:8080".parse().unwrap())
-            .is_ok());
-    }
 
     #[test]
     fn flags_are_checked() {

@@ -78,7 +78,7 @@ pub async fn create(
         let out = txn.create_flow_job(new, Broker::now())?;
         (out, txn.commit_handing_off())
     };
-    crate::leases::let_handed_lease_answer_first(handed_off).await;
+    crate::leasing::let_handed_lease_answer_first(handed_off).await;
     api.broker.wait_durable(lsn).await;
     let status = if created {
         StatusCode::CREATED

@@ -15,10 +15,11 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
-use crate::flow_jobs::check_fields_size;
-use crate::leases::{
+use crate::flows::jobs::check_fields_size;
+use crate::leases::HeartbeatRequest;
+use crate::leasing::{
     check_lease_ms, lease_after, lease_for, let_handed_lease_answer_first, CheckedLease,
-    HeartbeatRequest, LeaseOutcome, LeaseSpec,
+    LeaseOutcome, LeaseSpec,
 };
 use crate::limits::{MAX_DELAY_MS, MAX_WAIT_MS};
 use crate::state::{Api, Command};
@@ -333,4 +334,67 @@ fn outcome_json(out: FlowOutcome) -> Value {
         "stage": out.stage,
         "status": out.status,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use serde_json::{json, Value};
+
+    use crate::test_support::{error_code, TestApi};
+
+    /// An API with a one-stage flow `wf` (stage `wf-only`) and one job in it; the job's id.
+    async fn one_job() -> (TestApi, String) {
+        let api = TestApi::new();
+        let def = json!({ "name": "wf", "stages": [{ "name": "wf-only" }] });
+        let (status, reply) = api.post("/v1/flows", def).await;
+        assert_eq!(status, StatusCode::CREATED, "{reply}");
+        let (status, reply) = api.post("/v1/flows/wf/jobs", json!({})).await;
+        assert_eq!(status, StatusCode::CREATED, "{reply}");
+        let id = reply["id"].as_str().expect("a flow job id").to_string();
+        (api, id)
+    }
+
+    async fn lease_stage(api: &TestApi) -> Value {
+        let (status, reply) = api.post("/v1/stages/wf-only/lease", json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        reply
+    }
+
+    #[tokio::test]
+    async fn a_stage_job_is_leased_with_a_token_and_completed_with_it() {
+        let (api, id) = one_job().await;
+        let reply = lease_stage(&api).await;
+        let job = &reply["job"];
+        assert_eq!(job["id"], id.as_str());
+        assert_eq!(job["stage"], "wf-only");
+        let token = job["token"].as_u64().expect("a token");
+        assert!(token >= 1, "{job}");
+        let done = json!({ "worker": reply["worker"], "token": token, "result": { "x": 1 } });
+        let (status, ended) = api
+            .post(&format!("/v1/flow-jobs/{id}/complete"), done)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ended}");
+        assert_eq!(ended["id"], id.as_str());
+        assert_eq!(ended["status"], "done", "the only stage was its last");
+        assert!(lease_stage(&api).await["job"].is_null(), "nothing left");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_token_is_refused_and_the_lease_stands() {
+        let (api, id) = one_job().await;
+        let reply = lease_stage(&api).await;
+        let token = reply["job"]["token"].as_u64().expect("a token");
+        let wrong = json!({ "worker": reply["worker"], "token": token + 1 });
+        let (status, refused) = api
+            .post(&format!("/v1/flow-jobs/{id}/complete"), wrong)
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+        assert_eq!(error_code(&refused), "stale_token");
+        let right = json!({ "worker": reply["worker"], "token": token });
+        let (status, ended) = api
+            .post(&format!("/v1/flow-jobs/{id}/complete"), right)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ended}");
+    }
 }
