@@ -7,8 +7,8 @@
 #![no_main]
 
 use bytes::Bytes;
-use jobyard_wmp::route::{downward, upward, Upward};
-use jobyard_wmp::{decode, encode, Headers, Limits};
+use jobyard_wmp_wire::route::{downward, upward, Upward};
+use jobyard_wmp_wire::{decode, encode, Headers, Limits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,10 +9,10 @@
 #![no_main]
 
 use bytes::Bytes;
-use jobyard_wmp::zmtp::command::parse_command;
-use jobyard_wmp::zmtp::frame::{parse_header, put_frame, COMMAND};
-use jobyard_wmp::zmtp::greeting::greeting;
-use jobyard_wmp::zmtp::session::{Event, Session, SessionLimits};
+use jobyard_wmp_wire::zmtp::command::parse_command;
+use jobyard_wmp_wire::zmtp::frame::{parse_header, put_frame, COMMAND};
+use jobyard_wmp_wire::zmtp::greeting::greeting;
+use jobyard_wmp_wire::zmtp::session::{Event, Session, SessionLimits};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: SessionLimits = SessionLimits {

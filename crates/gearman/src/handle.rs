@@ -3,7 +3,7 @@
 //! Using the engine id (instead of gearmand's per-process counter) makes a handle mean the
 //! same job after a restart and lets a Gearman client name a job put through beanstalkd.
 
-use jobyard_engine::JobId;
+use jobyard_engine::{push_job_handle, JobId};
 
 use crate::packet::MAX_HANDLE;
 
@@ -21,9 +21,11 @@ pub fn default_prefix() -> String {
     format!("H:{host}")
 }
 
-/// The handle of job `id`.
+/// The handle of job `id` (the engine's one spelling, which the WMP manager's TAKEs share).
 pub fn format(prefix: &str, id: JobId) -> Vec<u8> {
-    format!("{prefix}:{id}").into_bytes()
+    let mut handle = String::new();
+    push_job_handle(prefix, id, &mut handle);
+    handle.into_bytes()
 }
 
 /// The job a handle names, if it is one of ours. Over-long handles name nothing.

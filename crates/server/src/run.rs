@@ -193,7 +193,7 @@ async fn front_ends(
     }
     if let Some(wmp) = &settings.wmp {
         let endpoint = &wmp.listen;
-        let config = jobyard_wmp::manager::ManagerConfig {
+        let config = jobyard_wmp::ManagerConfig {
             name: wmp.name.clone(),
             max_payload: settings.max_job_size as usize,
             gearman_handle_prefix: settings
@@ -202,7 +202,7 @@ async fn front_ends(
                 .map(|_| settings.gearman.handle_prefix.clone()),
             ..Default::default()
         };
-        let wmp = jobyard_wmp::manager::WmpFrontEnd::bind(broker.clone(), endpoint, config)
+        let wmp = jobyard_wmp::WmpFrontEnd::bind(broker.clone(), endpoint, config)
             .map_err(|e| Fatal(format!("cannot listen on {endpoint}: {e}"), 111))?;
         front_ends.push(Box::new(wmp));
     }

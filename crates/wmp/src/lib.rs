@@ -1,46 +1,35 @@
-//! 14/WMP, the ZeroMQ Worker-Manager Protocol, as jobyard publishes it (`docs/wmp.md`):
-//! the message codec, the device, and the worker SDK.
+//! 14/WMP's manager (`docs/wmp.md`, "Manager behaviour"): the front end that
+//! `jobyard serve --wmp-listen` runs beside the beanstalkd, Gearman and HTTP ones. Its WMP
+//! roles are the engine's queues, and one broker session holds every lease it hands out;
+//! the server (`crates/server`) is its only user. Workers and devices are
+//! `jobyard-wmp-worker`; the messages both speak are `jobyard-wmp-wire`.
 //!
-//! - [`codec`]: frames ⇄ [`Message`] with every WMP/1 check and bound ([`Limits`]); pure,
-//!   shared by managers, devices and workers, fuzzed by `fuzz/fuzz_targets/wmp_decoder.rs`.
-//! - [`route`]: the device's alias-stack rule, pure.
-//! - [`manager`]: the engine-independent manager rules (remembered READYs, wake
-//!   throttling, effective roles of a GIVE), pure.
-//! - [`device`]: a stateless forwarder between workers and many managers.
-//! - [`worker`]: an async worker with a handler per role; [`command::run_command_worker`]
-//!   runs a program per job.
-//!
-//! - [`zmtp`]: the manager's own ZMTP 3.x ROUTER (codec pure and fuzzed; sockets on `mio`).
-//!
-//! Transport of the device and the worker ([`transport`], [`link`]) is libzmq (the `zmq` crate, libzmq built from source)
-//! driven from tokio; why not the pure-Rust `zeromq` crate is in [`transport`] and
-//! `docs/wmp.md`.
+//! - [`WmpFrontEnd`] (`frontend`): binds the ROUTER and starts the manager's thread
+//!   (`event_loop`), which sends after the log made each batch's TAKEs durable.
+//! - `manager`: the state and its dispatch; `wakes` (READY and WAKE), `leases` (GIVE,
+//!   DONE, STATUS, expiry), `published` (the broker's worker registry), `counters`.
+//! - [`ReadyRegistry`] and [`effective_roles`]: the rules that need no engine (remembered
+//!   READYs and wake throttling, the roles a GIVE may be served from), public so they are
+//!   tested without sockets.
+//! - `router`: the manager's own ZMTP 3.x ROUTER on `mio`, the sockets around the pure
+//!   ZMTP codecs of `jobyard_wmp_wire::zmtp`. It stays here, not in the wire crate, because
+//!   only the manager serves ZMTP itself (the worker side uses libzmq), and sockets and a
+//!   poll loop are not wire format.
 
 #![warn(missing_docs)]
 
-pub mod codec;
-#[cfg(feature = "transport")]
-pub mod command;
-#[cfg(feature = "transport")]
-pub mod device;
-pub mod error;
-pub mod headers;
-pub mod limits;
-#[cfg(feature = "transport")]
-pub mod link;
-pub mod manager;
-pub mod message;
-pub mod route;
-#[cfg(feature = "transport")]
-pub mod transport;
-#[cfg(feature = "transport")]
-pub mod worker;
-pub mod zmtp;
+mod counters;
+mod event_loop;
+mod frontend;
+mod leases;
+mod manager;
+mod published;
+mod registry;
+mod roles;
+mod router;
+mod wakes;
 
-pub use codec::{decode, encode, envelope, Envelope, SIGNATURE};
-#[cfg(feature = "transport")]
-pub use command::run_command_worker;
-pub use error::DecodeError;
-pub use headers::Headers;
-pub use limits::Limits;
-pub use message::*;
+pub use frontend::{is_manager_name, WmpFrontEnd};
+pub use manager::ManagerConfig;
+pub use registry::{ReadyOutcome, ReadyRegistry, RegistryConfig};
+pub use roles::{effective_roles, Choice};

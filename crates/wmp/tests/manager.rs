@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_wmp::manager::*;
 use jobyard_wmp::*;
+use jobyard_wmp_wire::*;
 
 fn path(id: &str) -> Path {
     vec![Bytes::copy_from_slice(id.as_bytes())]

@@ -1,9 +1,8 @@
 //! The manager front end on a real (in-memory) engine with the Rust worker SDK in the same
-//! process, libzmq on both ends: jobs put into the engine by any front end are run by a WMP
+//! process (libzmq on the worker's end, the manager's own ZMTP on the other): jobs put into the engine by any front end are run by a WMP
 //! worker, a watcher (what a Gearman foreground client is) gets the DONE's result or
 //! failure, and a job without watchers is gone after `ok`. The black-box tests with pyzmq,
 //! greenstalk and gearman3 against the real binary are in tests/wmp/test_manager.py.
-#![cfg(feature = "manager")]
 
 use std::time::Duration;
 
@@ -11,8 +10,8 @@ use bytes::Bytes;
 use jobyard_broker::Broker;
 use jobyard_engine::{EndStatus, NewJob, NoticeKind};
 use jobyard_net::{FrontEnd, Gate};
-use jobyard_wmp::manager::{ManagerConfig, WmpFrontEnd};
-use jobyard_wmp::worker::{Outcome, Worker};
+use jobyard_wmp::{ManagerConfig, WmpFrontEnd};
+use jobyard_wmp_worker::worker::{Outcome, Worker};
 
 /// Generous bound so a broken build fails instead of hanging; not a timing assertion.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -117,9 +116,10 @@ async fn sdk_worker_runs_engine_jobs_and_watchers_get_the_outcome() {
 /// counted, and a GIVE is still served (it needs no remembered READY).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readys_beyond_the_registry_bound_are_dropped_and_counted() {
-    use jobyard_wmp::manager::RegistryConfig;
-    use jobyard_wmp::transport::{AsyncSocket, SocketOptions};
-    use jobyard_wmp::{decode, encode, Command, Give, Limits, Message, Ready};
+    use jobyard_wmp::RegistryConfig;
+    use jobyard_wmp_wire::{decode, encode, Command, Give, Limits, Message, Ready};
+    use jobyard_wmp_worker::transport::{AsyncSocket, SocketOptions};
+    use jobyard_wmp_worker::zmq;
 
     let broker = Broker::in_memory();
     broker.start();

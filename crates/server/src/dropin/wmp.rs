@@ -1,11 +1,11 @@
-//! `jobyard wmp-worker` and `jobyard wmp-device`: thin command lines over the `jobyard-wmp`
-//! library (the worker SDK's command worker, and the device).
+//! `jobyard wmp-worker` and `jobyard wmp-device`: thin command lines over the
+//! `jobyard-wmp-worker` library (the worker SDK's command worker, and the device).
 
 use std::time::Duration;
 
 use clap::Args;
-use jobyard_wmp::device::Upstream;
-use jobyard_wmp::worker::WorkerConfig;
+use jobyard_wmp_worker::device::Upstream;
+use jobyard_wmp_worker::WorkerConfig;
 
 /// `jobyard wmp-worker`: run COMMAND per job, body on stdin, stdout as the result.
 #[derive(Args)]
@@ -60,7 +60,7 @@ pub fn worker(args: WorkerArgs) -> i32 {
         ready_retry_max: Duration::from_millis(args.ready_retry_max_ms),
         ..WorkerConfig::default()
     };
-    let result = runtime().block_on(jobyard_wmp::run_command_worker(
+    let result = runtime().block_on(jobyard_wmp_worker::run_command_worker(
         args.connect,
         args.role,
         args.command,
@@ -88,7 +88,7 @@ pub fn device(args: DeviceArgs) -> i32 {
         .enumerate()
         .map(|(i, s)| Upstream::parse(s, i))
         .collect();
-    match runtime().block_on(jobyard_wmp::device::run(
+    match runtime().block_on(jobyard_wmp_worker::device::run(
         &args.listen,
         upstreams,
         stop_signal(),

@@ -1,5 +1,5 @@
 //! The manager as a front end of `jobyard serve --wmp-listen ENDPOINT`: one ROUTER (our
-//! own ZMTP, [`crate::zmtp::router`]), one
+//! own ZMTP, [`crate::router`]), one
 //! broker session owning every lease it hands out, one place from the gate, and one thread
 //! of its own that reads messages and engine notices, and sends in batches after the log
 //! made the batch's TAKEs durable (so a worker never holds an attempt number a restart
@@ -9,15 +9,14 @@ use std::sync::{mpsc, Arc};
 
 use jobyard_broker::{Broker, ProtocolMetrics};
 use jobyard_net::{FrontEnd, Gate};
+use jobyard_wmp_wire::zmtp::session::SessionLimits;
+use jobyard_wmp_wire::{Limits, HEARTBEAT};
 use tokio::task::JoinHandle;
 
-use super::core::{Manager, ManagerConfig};
-use super::counters;
-use super::event_loop;
-use crate::limits::Limits;
-use crate::transport::SocketOptions;
-use crate::zmtp::router::{Heartbeat, Router};
-use crate::zmtp::session::SessionLimits;
+use crate::counters;
+use crate::event_loop;
+use crate::manager::{Manager, ManagerConfig};
+use crate::router::{Heartbeat, Router};
 
 /// Room beside the one large frame (the payload) for a message's small frames (path,
 /// delimiter, signature, command, headers: at most 16 × 255 + 8 KiB + a few bytes).
@@ -47,15 +46,15 @@ impl WmpFrontEnd {
             max_payload: config.max_payload,
             ..Limits::default()
         };
-        let max_frame = crate::worker::frame_limit(&limits);
+        let max_frame = limits.max_frame_len();
         let session = SessionLimits {
             max_frame,
             // The router adds the routing id, which the limits count.
             max_frames: limits.max_frames() - 1,
             max_message: max_frame + SMALL_FRAMES_ROOM,
         };
-        // The same heartbeat as every other WMP socket (SocketOptions).
-        let interval = SocketOptions::default().heartbeat;
+        // The same heartbeat as every other WMP socket.
+        let interval = HEARTBEAT;
         let heartbeat = Heartbeat {
             interval,
             timeout: interval * 3,

@@ -2,7 +2,7 @@
 //! validation list (docs/wmp.md, "Validation"), one test each.
 
 use bytes::Bytes;
-use jobyard_wmp::*;
+use jobyard_wmp_wire::*;
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())

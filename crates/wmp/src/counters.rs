@@ -3,8 +3,7 @@
 //! "Validation": dropped, counted, logged at debug, never answered).
 
 use jobyard_broker::ProtocolMetrics;
-
-use crate::error::DecodeError;
+use jobyard_wmp_wire::error::DecodeError;
 
 /// The counter names, in index order (see [`Counter`] and [`malformed`]).
 pub(crate) const NAMES: &[&str] = &[

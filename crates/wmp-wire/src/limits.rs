@@ -1,5 +1,7 @@
 //! The bounds every WMP/1 decoder enforces, so that no peer can make a receiver hold more
-//! than a known amount of memory for one message.
+//! than a known amount of memory for one message, and the heartbeat every WMP socket keeps.
+
+use std::time::Duration;
 
 /// Bounds for one decoded message. [`Limits::default`] is the published WMP/1 profile
 /// (`docs/wmp.md`, "Limits"); a manager may lower or raise `max_payload` for its jobs.
@@ -21,6 +23,9 @@ pub struct Limits {
 pub const MAX_KEY_LEN: usize = 64;
 /// Longest header value, in bytes.
 pub const MAX_VALUE_LEN: usize = 1024;
+/// ZMTP heartbeat interval of every WMP socket: a silent dead peer is noticed after three.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// Longest frame that carries a command name (`CANCEL`, `STATUS` are the longest known).
 pub const MAX_COMMAND_LEN: usize = 16;
 
@@ -41,5 +46,12 @@ impl Limits {
     /// payload.
     pub fn max_frames(&self) -> usize {
         self.max_path + 5
+    }
+
+    /// The largest single frame that lets every valid message in: the payload limit, or
+    /// the headers limit if larger (path frames and the rest are smaller still). Sockets
+    /// refuse a longer frame before reading it.
+    pub fn max_frame_len(&self) -> usize {
+        self.max_payload.max(self.max_headers_bytes)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use jobyard_wmp::worker::{Outcome, Worker};
+//! use jobyard_wmp_worker::worker::{Outcome, Worker};
 //! let worker = Worker::builder()
 //!     .connect("tcp://127.0.0.1:5570")
 //!     .concurrency(4)
@@ -28,9 +28,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::codec::decode;
-use crate::headers::Headers;
-use crate::limits::Limits;
+use jobyard_wmp_wire::{decode, Headers, Limits};
+
 use crate::transport::{Frames, SocketOptions};
 
 pub use self::core::WorkerStats;
@@ -260,7 +259,7 @@ impl Worker {
         let mut link_tasks = JoinSet::new();
         let ctx = zmq::Context::new();
         let mut opts = self.config.socket;
-        opts.max_frame = frame_limit(&self.config.limits);
+        opts.max_frame = self.config.limits.max_frame_len();
         for (i, endpoint) in self.config.connects.iter().enumerate() {
             let (tx, rx) = mpsc::channel(1024);
             senders.push(tx);
@@ -359,10 +358,4 @@ impl Worker {
             None => Arc::new(|_| Box::pin(async { Outcome::Reject })),
         }
     }
-}
-
-/// The libzmq frame limit that lets every valid message in: the payload limit, or the
-/// headers limit if larger (path frames and the rest are smaller still).
-pub(crate) fn frame_limit(limits: &Limits) -> usize {
-    limits.max_payload.max(limits.max_headers_bytes)
 }

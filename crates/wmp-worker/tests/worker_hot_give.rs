@@ -1,14 +1,13 @@
 //! The hot GIVE (docs/wmp.md, worker rule 5 and decision 15): after a DONE whose TAKE said
 //! `more=1`, the worker asks the same manager for the next job at once instead of sending
 //! READY; a NO to it is followed by READY.
-#![cfg(feature = "transport")]
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_wmp::worker::core::{Core, JobKey, Out};
-use jobyard_wmp::worker::{Outcome, WorkerConfig};
-use jobyard_wmp::*;
+use jobyard_wmp_wire::*;
+use jobyard_wmp_worker::worker::core::{Core, JobKey, Out};
+use jobyard_wmp_worker::worker::{Outcome, WorkerConfig};
 
 fn core(concurrency: usize, links: usize) -> (Core, Instant) {
     let now = Instant::now();

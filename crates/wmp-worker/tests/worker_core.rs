@@ -1,13 +1,12 @@
 //! The worker's protocol state machine (docs/wmp.md, "Worker behaviour"), driven with
 //! synthetic instants: locks, READY on free capacity, late TAKE, roles, retries, stopping.
-#![cfg(feature = "transport")]
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_wmp::worker::core::{Core, Out};
-use jobyard_wmp::worker::{Outcome, WorkerConfig};
-use jobyard_wmp::*;
+use jobyard_wmp_wire::*;
+use jobyard_wmp_worker::worker::core::{Core, Out};
+use jobyard_wmp_worker::worker::{Outcome, WorkerConfig};
 
 fn cfg(concurrency: usize) -> WorkerConfig {
     WorkerConfig {

@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use jobyard_wmp_wire::zmtp::command;
+use jobyard_wmp_wire::zmtp::frame::{self, put_message};
+use jobyard_wmp_wire::zmtp::session::{Event, Refusal, Session, SessionLimits};
+use jobyard_wmp_wire::Sent;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-
-use super::command;
-use super::frame::{self, put_message};
-use super::session::{Event, Refusal, Session, SessionLimits};
-use crate::transport::Sent;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -290,6 +289,7 @@ impl Router {
     }
 
     /// Open connections (handshake done).
+    #[cfg(test)]
     pub fn peers(&self) -> usize {
         self.ids.len()
     }
@@ -516,7 +516,7 @@ fn name_peer(
 mod tests {
     use super::*;
 
-    use crate::zmtp::greeting::{greeting, GREETING_LEN};
+    use jobyard_wmp_wire::zmtp::greeting::{greeting, GREETING_LEN};
     use std::io::{Read, Write};
 
     const LIMITS: SessionLimits = SessionLimits {

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::message::{Path, Ready};
+use jobyard_wmp_wire::message::{Path, Ready};
 
 /// Timers and bounds of the registry.
 #[derive(Debug, Clone, Copy)]

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use jobyard_broker::Broker;
 use jobyard_engine::JobId;
+use jobyard_wmp_wire::message::{Path, Ready};
 
-use super::core::Manager;
-use crate::message::{Path, Ready};
+use crate::manager::Manager;
 
 /// The registry's name for this front end.
 const PROTOCOL: &str = "wmp";

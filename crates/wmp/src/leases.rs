@@ -12,14 +12,15 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{
-    Job, JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome, WaitMode,
+    push_job_handle, Job, JobEnd, JobId, JobState, JobUpdate, Lease, QueueId, ReserveOutcome,
+    WaitMode,
 };
+use jobyard_wmp_wire::headers::Headers;
+use jobyard_wmp_wire::message::{Command, Done, Give, No, Path, Progress, Status, Take};
 
-use super::core::{Manager, OutKind};
-use super::counters::{self, Counter};
-use super::roles::{effective_roles, Choice};
-use crate::headers::Headers;
-use crate::message::{Command, Done, Give, No, Path, Progress, Status, Take};
+use crate::counters::{self, Counter};
+use crate::manager::{Manager, OutKind};
+use crate::roles::{effective_roles, Choice};
 
 /// Longest backoff after a `fail` (decision 5).
 const MAX_BACKOFF_SECS: u32 = 300;
@@ -177,7 +178,7 @@ impl Manager {
         self.lsn = self.lsn.max(lsn);
         self.registry.consume(&path);
         self.publish_take(&path, id);
-        let mut msg = crate::message::Message::new(path, Command::Take(take));
+        let mut msg = jobyard_wmp_wire::message::Message::new(path, Command::Take(take));
         // priority, more, handle: sized once.
         msg.extra = Headers::with_capacity(3, 64);
         msg.extra.push_number("priority", pri.into());
@@ -185,17 +186,16 @@ impl Manager {
             msg.extra.push("more", "1");
         }
         if let Some(prefix) = &self.handle_prefix {
-            // The engine's job id is the Gearman handle's number (crates/gearman handle.rs).
-            let mut handle = String::with_capacity(prefix.len() + 21);
-            handle.push_str(prefix);
-            handle.push(':');
-            handle.push_str(itoa::Buffer::new().format(id));
-            if Headers::is_valid_value(&handle) {
-                msg.extra.push("handle", handle);
+            // The handle Gearman clients know this job by (the same function writes it).
+            let handle = &mut self.handle_scratch;
+            handle.clear();
+            push_job_handle(prefix, id, handle);
+            if Headers::is_valid_value(handle) {
+                msg.extra.push("handle", &*handle);
             }
         }
-        let frames = crate::codec::encode(&msg);
-        self.out.push(super::core::Outgoing {
+        let frames = jobyard_wmp_wire::codec::encode(&msg);
+        self.out.push(crate::manager::Outgoing {
             frames,
             kind: OutKind::Take {
                 path: msg.path,

@@ -9,10 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::limits::Limits;
+use jobyard_wmp_wire::route::{downward, upward, Upward};
+use jobyard_wmp_wire::{Limits, Sent};
+
 use crate::link::{self, LinkEvent};
-use crate::route::{downward, upward, Upward};
-use crate::transport::{AsyncSocket, Frames, Sent, SocketOptions};
+use crate::transport::{AsyncSocket, Frames, SocketOptions};
 
 /// One upstream: its alias (the path frame workers' replies carry) and endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +127,7 @@ pub async fn run_with(
     }
     let ctx = zmq::Context::new();
     let mut opts = config.socket;
-    opts.max_frame = crate::worker::frame_limit(&config.limits);
+    opts.max_frame = config.limits.max_frame_len();
     let router =
         AsyncSocket::bind_router(&ctx, listen, &config.limits, &opts).map_err(|e| e.to_string())?;
 

@@ -1,7 +1,7 @@
 //! ZeroMQ plumbing shared by the device and the worker: libzmq sockets (through the `zmq`
 //! crate), driven from tokio without threads of their own ([`AsyncSocket`]). The manager
-//! has its own ZMTP ROUTER instead (`crate::zmtp`, see `docs/wmp.md`, "Transport") and
-//! shares only [`Sent`] with this module.
+//! has its own ZMTP ROUTER instead (`jobyard-wmp`, see `docs/wmp.md`, "Transport") and
+//! shares only [`Sent`] (from `jobyard-wmp-wire`) with this module.
 //!
 //! Why libzmq and not the pure-Rust `zeromq` crate: `zeromq` 0.4 trusts the frame length a
 //! peer announces and allocates it, so 80 bytes from any TCP client (a ZMTP greeting and a
@@ -19,6 +19,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use bytes::Bytes;
+use jobyard_wmp_wire::Limits;
+pub use jobyard_wmp_wire::Sent;
 use tokio::io::unix::AsyncFd;
 
 /// A message as a list of frames (what the codec works on).
@@ -42,7 +44,7 @@ impl Default for SocketOptions {
     fn default() -> Self {
         SocketOptions {
             max_frame: (64 << 20) + 64,
-            heartbeat: Duration::from_secs(5),
+            heartbeat: jobyard_wmp_wire::HEARTBEAT,
             linger: Duration::from_secs(2),
             reconnect: (Duration::from_millis(100), Duration::from_secs(10)),
         }
@@ -55,19 +57,6 @@ impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
     }
-}
-
-/// What became of a message handed to [`AsyncSocket::send_now`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
-    /// Queued for the peer (in libzmq, or in the manager's ZMTP router).
-    Queued,
-    /// The peer's queue is full (high-water mark): dropped; a manager drops WAKEs first.
-    Full,
-    /// A ROUTER has no peer with that routing id (`EHOSTUNREACH`): the path is gone, forget it.
-    Unreachable,
-    /// Another error; dropped.
-    Failed,
 }
 
 /// A libzmq socket usable from one tokio task.
@@ -142,7 +131,7 @@ impl AsyncSocket {
     pub fn bind_router(
         ctx: &zmq::Context,
         endpoint: &str,
-        limits: &crate::Limits,
+        limits: &Limits,
         opts: &SocketOptions,
     ) -> io::Result<AsyncSocket> {
         Self::wrap(bind_router(ctx, endpoint, limits, opts)?)
@@ -196,7 +185,7 @@ pub fn configured_socket(
 pub fn bind_router(
     ctx: &zmq::Context,
     endpoint: &str,
-    limits: &crate::Limits,
+    limits: &Limits,
     opts: &SocketOptions,
 ) -> io::Result<zmq::Socket> {
     let opts = SocketOptions {

@@ -1,14 +1,13 @@
 //! The Rust worker SDK in-process against a manager built from this crate's own ROUTER
 //! helpers (libzmq on both ends): handlers per role, a panicking handler, and graceful stop.
 //! Interop with independent libzmq peers (pyzmq) is tested in tests/wmp/.
-#![cfg(feature = "transport")]
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use jobyard_wmp::transport::{AsyncSocket, Sent, SocketOptions};
-use jobyard_wmp::worker::{Outcome, Worker};
-use jobyard_wmp::*;
+use jobyard_wmp_wire::*;
+use jobyard_wmp_worker::transport::{AsyncSocket, Sent, SocketOptions};
+use jobyard_wmp_worker::worker::{self, Outcome, Worker};
 
 /// Generous bound so a broken build fails instead of hanging; not a timing assertion.
 const PATIENCE: Duration = Duration::from_secs(20);

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use jobyard_broker::{Broker, Txn};
 use jobyard_engine::{Lease, QueueId, ReserveOutcome, WaitMode};
+use jobyard_wmp_wire::headers::Headers;
+use jobyard_wmp_wire::message::{Command, Path, Ready, Wake};
 
-use super::core::{Armed, Manager, OutKind};
-use super::counters::{self, Counter};
-use super::registry::ReadyOutcome;
-use crate::headers::Headers;
-use crate::message::{Command, Path, Ready, Wake};
+use crate::counters::{self, Counter};
+use crate::manager::{Armed, Manager, OutKind};
+use crate::registry::ReadyOutcome;
 
 /// How often the manager looks for ready jobs while some wait for a worker.
 pub(crate) const POLL: Duration = Duration::from_millis(50);

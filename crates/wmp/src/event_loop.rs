@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use jobyard_broker::Mailbox;
 use jobyard_engine::NoticeKind;
+use jobyard_wmp_wire::Sent;
 use mio::Waker;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use super::core::{Manager, OutKind};
-use super::counters::{self, Counter};
-use crate::transport::Sent;
-use crate::zmtp::router::Router;
+use crate::counters::{self, Counter};
+use crate::manager::{Manager, OutKind};
+use crate::router::Router;
 
 /// The longest single sleep when nothing is due (the loop just polls again).
 const IDLE_POLL: Duration = Duration::from_secs(3600);

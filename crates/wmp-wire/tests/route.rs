@@ -3,8 +3,8 @@
 //! every reply must reach the manager on the very path its READY arrived on.
 
 use bytes::Bytes;
-use jobyard_wmp::route::{downward, upward, Upward};
-use jobyard_wmp::*;
+use jobyard_wmp_wire::route::{downward, upward, Upward};
+use jobyard_wmp_wire::*;
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -173,25 +173,5 @@ fn downward_needs_a_next_hop() {
     assert_eq!(
         downward(body("WAKE"), &b("u0"), &Limits::default()),
         Err(DecodeError::NoDelimiter)
-    );
-}
-
-#[cfg(feature = "transport")]
-#[test]
-fn upstream_specs() {
-    use jobyard_wmp::device::Upstream;
-    assert_eq!(
-        Upstream::parse("tcp://h:1", 3),
-        Upstream {
-            alias: b("u3"),
-            endpoint: "tcp://h:1".into()
-        }
-    );
-    assert_eq!(
-        Upstream::parse("east=tcp://h:1", 0),
-        Upstream {
-            alias: b("east"),
-            endpoint: "tcp://h:1".into()
-        }
     );
 }

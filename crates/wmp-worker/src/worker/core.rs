@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::codec::encode;
-use crate::message::*;
+use jobyard_wmp_wire::encode;
+use jobyard_wmp_wire::message::*;
 
 use super::{Job, Outcome, WorkerConfig};
 
@@ -254,7 +254,7 @@ impl Core {
         link: LinkId,
         path: Path,
         take: Take,
-        extra: crate::Headers,
+        extra: jobyard_wmp_wire::Headers,
         now: Instant,
         out: &mut Vec<Out>,
     ) -> Option<Start> {

@@ -8,13 +8,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use jobyard_broker::{Broker, Lsn, ProtocolMetrics};
 use jobyard_engine::{ConnId, JobId, NoticeKind, QueueId};
+use jobyard_wmp_wire::codec::{decode, encode};
+use jobyard_wmp_wire::limits::Limits;
+use jobyard_wmp_wire::message::{Command, Message, Path};
 
-use super::counters::{self, Counter};
-use super::leases::Retries;
-use super::registry::{ReadyRegistry, RegistryConfig};
-use crate::codec::{decode, encode};
-use crate::limits::Limits;
-use crate::message::{Command, Message, Path};
+use crate::counters::{self, Counter};
+use crate::leases::Retries;
+use crate::registry::{ReadyRegistry, RegistryConfig};
 
 /// Settings of the manager in `jobyard serve`.
 #[derive(Debug, Clone)]
@@ -82,6 +82,8 @@ pub(crate) struct Manager {
     pub(crate) failure_limit: u32,
     /// See [`ManagerConfig::gearman_handle_prefix`].
     pub(crate) handle_prefix: Option<String>,
+    /// Where a TAKE's `handle` is written, kept so writing one allocates nothing.
+    pub(crate) handle_scratch: String,
     pub(crate) metrics: Arc<ProtocolMetrics>,
     pub(crate) registry: ReadyRegistry,
     pub(crate) retries: Retries,
@@ -115,6 +117,7 @@ impl Manager {
             },
             failure_limit: config.failure_limit.max(1),
             handle_prefix: config.gearman_handle_prefix.clone(),
+            handle_scratch: String::new(),
             metrics,
             registry: ReadyRegistry::new(config.registry),
             retries: Retries::default(),

@@ -1,6 +1,6 @@
 //! Decision 4 of docs/wmp.md: a GIVE never yields a job outside the worker's roles.
 
-use crate::message::Give;
+use jobyard_wmp_wire::message::Give;
 
 /// The queues a GIVE may be served from.
 #[derive(Debug, Clone, PartialEq, Eq)]
