@@ -38,10 +38,12 @@ pub enum Request {
     Invalid(ParseError),
 }
 
-/// A read buffer left with more spare room than this after a body is let go.
+/// A read buffer left empty by a body, with more room than this, is let go.
 const SHRINK_ABOVE: usize = 256 << 10;
 
+/// A put body not followed by CRLF right after its declared size.
 pub const EXPECTED_CRLF: &[u8] = b"EXPECTED_CRLF\r\n";
+/// A put body declared larger than the job size limit.
 pub const JOB_TOO_BIG: &[u8] = b"JOB_TOO_BIG\r\n";
 /// The server's budget for bodies in flight is spent (beanstalkd's reply when it cannot
 /// allocate a job; also when the log has no room for new jobs).
@@ -236,11 +238,6 @@ impl Decoder {
                 },
             }
         }
-    }
-
-    /// Whether the decoder is in the middle of a request (a partial line or body).
-    pub fn is_idle(&self, buf: &BytesMut) -> bool {
-        matches!(self.state, State::Line) && buf.is_empty()
     }
 }
 
