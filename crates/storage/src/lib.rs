@@ -17,18 +17,19 @@ mod bodies;
 mod codec;
 mod files;
 mod lock;
+mod log;
 mod read_ahead;
 mod recovery;
+mod segments;
 mod stats;
-mod writer;
 
 pub use bodies::{body_ref, Located};
 pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
+pub use log::{FsyncMode, Log, LogOptions, SnapshotFeed};
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
-pub use writer::{FsyncMode, Log, LogOptions, SnapshotFeed};
 
 pub use jobyard_engine::Change;
 

@@ -1,0 +1,206 @@
+//! The log: appends are buffered under a short lock, and one writer hands whatever
+//! accumulated to the backend with one write and one sync (group commit), so concurrent
+//! commands share them. Segment files are the backend ([`crate::segments`]); everything
+//! here is the same for any [`LogBackend`].
+
+mod backend;
+mod bodies;
+mod fsync;
+mod group_commit;
+mod options;
+mod snapshot;
+mod space;
+mod state;
+mod writer_thread;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use jobyard_engine::Change;
+
+use crate::codec::encode_change;
+use crate::segments::SegmentFiles;
+use crate::stats::LogStats;
+use crate::Lsn;
+
+pub(crate) use backend::{BatchStart, LogBackend};
+pub(crate) use fsync::{fsync_failed, sync_or_die};
+pub use options::{FsyncMode, LogOptions};
+pub use snapshot::SnapshotFeed;
+pub(crate) use space::{is_no_space, NO_ROOM_MESSAGE};
+use state::{Pending, Shared, WriterState};
+
+/// How long [`Log::close`] keeps retrying a write that fails before it stops anyway.
+pub const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
+
+/// The append side of the log, shared by every connection.
+pub struct Log {
+    shared: Arc<Shared<SegmentFiles>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Log {
+    /// Starts a fresh segment `first_segment` in `dir` and the writer thread.
+    /// `on_durable` is called from the writer thread each time more records are safe.
+    pub fn open(
+        dir: &Path,
+        first_segment: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+    ) -> io::Result<Log> {
+        Log::open_after_recovery(dir, first_segment, options, on_durable, &[])
+    }
+
+    /// [`Log::open`] that also makes the files recovery read (`RecoveryReport::files`)
+    /// readable for bodies, file number `n` as body file index `n`, so places recovery
+    /// reported ([`crate::recover_placed`]) can be used as they are (`bodies_in_log`).
+    pub fn open_after_recovery(
+        dir: &Path,
+        first_segment: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+        recovered: &[PathBuf],
+    ) -> io::Result<Log> {
+        let (files, writer, full) = SegmentFiles::open(dir, first_segment, &options, recovered)?;
+        let shared = Arc::new(Shared {
+            backend: files,
+            options,
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            durable: AtomicU64::new(0),
+            snapshot_running: AtomicBool::new(false),
+            records_written: AtomicU64::new(0),
+            stats: LogStats::default(),
+            current_segment: AtomicU64::new(first_segment),
+            accepting: AtomicBool::new(!full),
+            failing: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            snapshot_failing: AtomicBool::new(false),
+            on_durable,
+            writer: Mutex::new(WriterState::new(writer, full)),
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("jobyard-log".into())
+            .spawn(move || writer_thread::write_loop(worker))?;
+        Ok(Log {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Encodes changes into the pending buffer; returns the LSN that covers them.
+    /// Call it in the same critical section that made the changes, so the log's order is
+    /// the engine's order.
+    pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
+        let mut p = self.shared.pending.lock().expect("log lock");
+        let was_empty = p.buf.is_empty();
+        let track = self.shared.backend.bodies().is_some();
+        for change in changes {
+            encode_change(&change, &mut p.buf);
+            p.appended += 1;
+            if let (true, Change::Put { id, body, .. }) = (track, &change) {
+                // The body ends the record.
+                let at = p.buf.len() - body.len();
+                p.bodies.push((*id, at, body.len()));
+            }
+        }
+        let lsn = p.appended;
+        // In `always` mode the writer thread does every write. Otherwise whoever waits for
+        // the records writes them inline, and the writer thread only sweeps up, on its
+        // timer, records that nobody waits for — waking it here would cost a context
+        // switch per batch.
+        // A dozing writer is woken too, once, so its sweep resumes with the traffic.
+        if was_empty
+            && !p.buf.is_empty()
+            && (self.shared.options.fsync == FsyncMode::Always || p.dozing)
+        {
+            p.dozing = false;
+            self.shared.wake.notify_one();
+        }
+        lsn
+    }
+
+    /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only
+    /// asks for `write(2)` before a reply (`interval`, `never`), and returns true. Saves a
+    /// hand-off to the writer thread per batch; concurrent callers still share one write.
+    /// Returns false in `always` mode, where the caller must wait for the writer thread
+    /// (an fsync must not block the caller's thread).
+    pub fn write_through(&self, lsn: Lsn) -> bool {
+        if self.shared.options.fsync == FsyncMode::Always {
+            return false;
+        }
+        if self.durable() >= lsn {
+            return true;
+        }
+        if self.shared.failing.load(Ordering::Acquire) {
+            // The writer thread is retrying a failed write under the writer lock: wait
+            // for it asynchronously instead of blocking this thread on the lock.
+            return false;
+        }
+        let mut w = self.shared.writer.lock().expect("log writer lock");
+        if self.durable() < lsn {
+            group_commit::write_batch(&self.shared, &mut w, false);
+        }
+        true
+    }
+
+    /// The LSN of the last records appended: waiting for it covers every change already
+    /// made, also ones another caller appended (a change another transaction made on
+    /// this caller's behalf).
+    pub fn appended(&self) -> Lsn {
+        self.shared.pending.lock().expect("log lock").appended
+    }
+
+    /// Everything up to this LSN may be acknowledged.
+    pub fn durable(&self) -> Lsn {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Records written since start (for stats).
+    pub fn records_written(&self) -> u64 {
+        self.shared.records_written.load(Ordering::Relaxed)
+    }
+
+    /// Figures for operators: bytes and write batches (records: [`Log::records_written`];
+    /// syncs: [`crate::sync_stats`]).
+    pub fn stats(&self) -> &LogStats {
+        &self.shared.stats
+    }
+
+    /// The segment new records go to.
+    pub fn current_segment(&self) -> u64 {
+        self.shared.current_segment.load(Ordering::Relaxed)
+    }
+
+    /// The oldest file still needed for recovery.
+    pub fn oldest_segment(&self) -> u64 {
+        self.shared.backend.oldest_section()
+    }
+
+    /// Writes and syncs everything appended, then stops the writer. Later appends are
+    /// never written, so call it only once nothing else will be acknowledged.
+    ///
+    /// If the log cannot be written (disk full, I/O error), it keeps trying for
+    /// [`CLOSE_GIVE_UP`] and then stops anyway: what was not written was never
+    /// acknowledged, and what was acknowledged is already on disk.
+    pub fn close(&self) {
+        let thread = self.thread.lock().expect("log thread lock").take();
+        if let Some(thread) = thread {
+            self.shared.closing.store(true, Ordering::Release);
+            self.shared.pending.lock().expect("log lock").shutdown = true;
+            self.shared.wake.notify_one();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
