@@ -1,7 +1,8 @@
-"""The manager's own ZMTP 3.x ROUTER (crates/wmp/src/zmtp), black-box against the real
-binary with raw TCP peers written from RFC 23/37: bad greetings and lying frame lengths cut
-that peer off while a pyzmq (libzmq) worker on the same manager keeps being served, and a
-PING is answered with a PONG carrying its context."""
+"""The manager's own ZMTP 3.x ROUTER (crates/wmp/src/router.rs on the codecs of
+crates/wmp-wire/src/zmtp), black-box against the real binary with raw TCP peers written
+from RFC 23/37: bad greetings and lying frame lengths cut that peer off while a pyzmq
+(libzmq) worker on the same manager keeps being served, and a PING is answered with a PONG
+carrying its context."""
 
 from __future__ import annotations
 
