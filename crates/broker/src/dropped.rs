@@ -8,7 +8,7 @@
 
 use std::cell::Cell;
 
-use jobyard_engine::{Engine, KEEP_DROPPED_LIST};
+use jobyard_engine::{EngineCore, KEEP_DROPPED_LIST};
 
 thread_local! {
     static SPARE: Cell<Vec<Box<[u8]>>> = const { Cell::new(Vec::new()) };
@@ -21,7 +21,7 @@ pub(crate) struct DroppedBodies(Vec<Box<[u8]>>);
 
 impl DroppedBodies {
     /// Takes the bodies the engine let go of this turn, into the thread's spare list.
-    pub(crate) fn take_from(&mut self, engine: &mut Engine) {
+    pub(crate) fn take_from(&mut self, engine: &mut EngineCore) {
         if self.0.capacity() == 0 {
             self.0 = SPARE.try_with(Cell::take).unwrap_or_default();
         }
@@ -54,7 +54,7 @@ mod tests {
         first.0.push(vec![1u8; 100].into_boxed_slice());
         let at = first.0.as_ptr();
         drop(first);
-        let mut engine = Engine::new();
+        let mut engine = EngineCore::new();
         let mut next = DroppedBodies::default();
         next.take_from(&mut engine);
         assert!(
@@ -71,7 +71,7 @@ mod tests {
         big.0.reserve(KEEP_DROPPED_LIST + 1);
         drop(big);
         let mut next = DroppedBodies::default();
-        next.take_from(&mut Engine::new());
+        next.take_from(&mut EngineCore::new());
         assert_eq!(next.0.capacity(), 0);
     }
 }

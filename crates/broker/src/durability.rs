@@ -55,13 +55,14 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
         };
         // The cut and the order of jobs are taken under the lock; the copy is not.
         let started = {
-            let txn = broker.lock();
-            let live = txn.live_bytes();
+            let mut txn = broker.lock();
+            let engine = txn.engine_core();
+            let live = engine.live_bytes();
             if disk < policy.min_bytes || (disk as f64) < live as f64 * policy.ratio {
                 None
             } else {
-                log.begin_snapshot(txn.next_id())
-                    .map(|feed| (feed, txn.snapshot_order(), live))
+                log.begin_snapshot(engine.next_id())
+                    .map(|feed| (feed, engine.snapshot_order(), live))
             }
         };
         let Some((feed, order, live)) = started else {
@@ -115,7 +116,7 @@ fn feed_snapshot(broker: &Broker, feed: jobyard_storage::SnapshotFeed, order: &[
             return; // dropping the feed abandons the snapshot
         }
         let started = std::time::Instant::now();
-        let (mut jobs, in_log) = broker.lock().snapshot_of_split(chunk);
+        let (mut jobs, in_log) = broker.lock().engine_core().snapshot_of_split(chunk);
         let us = started.elapsed().as_micros() as u64;
         if !read_bodies(broker, &mut jobs, &in_log) {
             return; // dropping the feed abandons the snapshot; the log keeps its files

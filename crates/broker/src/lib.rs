@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use jobyard_engine::{Body, ConnId, Engine, Job, JobId, Millis, NoticeKind};
+use jobyard_engine::{Body, ConnId, Engine, EngineCore, Job, JobId, Millis, NoticeKind};
 use jobyard_storage::{DirLock, Log};
 use tokio::sync::Notify;
 
@@ -48,7 +48,7 @@ pub use workers::{Listed, ProcessInfo, WorkerInfo, Workers};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.
 struct Core {
-    engine: Engine,
+    engine: EngineCore,
     mailboxes: HashMap<ConnId, mailbox::Sender>,
     /// Lease-to-complete histogram handles by queue id (see [`lease_latency`]).
     lease_handles: lease_latency::LeaseHandles,
@@ -82,7 +82,7 @@ impl Broker {
     /// A broker over an engine recovered from `log`'s directory (or an in-memory one when
     /// `log` is `None`). `durable_changed` must be the notifier the log's writer signals.
     pub fn new(
-        engine: Engine,
+        engine: EngineCore,
         log: Option<(Log, PathBuf)>,
         durable_changed: Arc<Notify>,
         compaction: Compaction,
@@ -118,7 +118,7 @@ impl Broker {
     /// A broker with no storage: jobs live in memory only.
     pub fn in_memory() -> Arc<Broker> {
         Broker::new(
-            Engine::new(),
+            EngineCore::new(),
             None,
             Arc::new(Notify::new()),
             Compaction::default(),
@@ -278,6 +278,65 @@ impl Broker {
 
 /// A locked engine. Dereferences to [`Engine`]; [`Txn::commit`] (or dropping it) sends the
 /// changes to the log and the notices to their connections.
+///
+/// A front end runs the engine's operations on it, and nothing else: the plumbing (taking
+/// the changes and notices out, ticking the clock, stamping leases, placing bodies,
+/// replaying, snapshotting) is on [`EngineCore`], which only the broker holds. So every
+/// change a front end makes reaches the log through the commit, in the engine's order, and
+/// the compiler keeps it that way:
+///
+/// ```no_run
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+/// }
+/// ```
+///
+/// A front end cannot take the changes out (they would never reach the log):
+///
+/// ```compile_fail,E0624
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+///     txn.take_changes();
+/// }
+/// ```
+///
+/// nor the notices meant for other sessions' mailboxes:
+///
+/// ```compile_fail,E0624
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+///     txn.take_notices();
+/// }
+/// ```
+///
+/// nor run the clock, replay a change or stamp leases:
+///
+/// ```compile_fail,E0624
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+///     txn.tick(0);
+/// }
+/// ```
+///
+/// ```compile_fail,E0624
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>, change: jobyard_engine::Change) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+///     txn.replay(change);
+/// }
+/// ```
+///
+/// ```compile_fail,E0624
+/// fn front_end(txn: &mut jobyard_broker::Txn<'_>) {
+///     let q = txn.queue_id_or_create(b"emails");
+///     txn.pin(q);
+///     txn.stamp_leases(0);
+/// }
+/// ```
 pub struct Txn<'a> {
     broker: &'a Broker,
     core: MutexGuard<'a, Core>,
@@ -313,6 +372,12 @@ impl Txn<'_> {
     pub fn commit_handing_off(mut self) -> (Lsn, bool) {
         self.flush();
         (self.lsn, self.handed_off)
+    }
+
+    /// The engine with its plumbing, for the broker's own work (the clock, compaction);
+    /// never handed to a front end.
+    fn engine_core(&mut self) -> &mut EngineCore {
+        &mut self.core.engine
     }
 
     fn flush(&mut self) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use jobyard_engine::Change;
-use jobyard_engine::Engine;
+use jobyard_engine::EngineCore;
 use jobyard_storage::{body_ref, recover_placed, DirLock, FsyncMode, Log, LogOptions};
 use tokio::sync::Notify;
 
@@ -20,7 +20,7 @@ use crate::{Broker, Compaction};
 pub const DEFAULT_BODIES_IN_LOG: bool = true;
 
 /// The most bytes of bodies kept in memory for a turn after their records are written,
-/// unless told otherwise (see [`Engine::set_hot_body_budget`]): a turn's bodies are one
+/// unless told otherwise (see [`EngineCore::set_hot_body_budget`]): a turn's bodies are one
 /// write batch, rarely more than a few hundred KB; past this, the oldest go at once.
 pub const DEFAULT_HOT_BODY_BYTES: usize = 1 << 20;
 
@@ -39,7 +39,7 @@ pub struct StorageOptions {
     pub bodies_in_log: bool,
     /// With `bodies_in_log`: the most bytes of just-written bodies kept in memory until the
     /// next write, so jobs handed out right after their put are not read back (see
-    /// [`Engine::set_hot_body_budget`]).
+    /// [`EngineCore::set_hot_body_budget`]).
     pub hot_body_bytes: usize,
     /// Queues created (and pinned) before the log is replayed, so they list first
     /// (beanstalkd's `default`).
@@ -69,7 +69,7 @@ impl Broker {
     /// over an empty in-memory engine when there is none.
     pub fn open(options: StorageOptions) -> Result<Arc<Broker>, OpenError> {
         let durable_changed = Arc::new(Notify::new());
-        let mut engine = Engine::new();
+        let mut engine = EngineCore::new();
         for name in &options.queues_first {
             let q = engine.queue_id_or_create(name);
             engine.pin(q);
@@ -97,7 +97,7 @@ impl Broker {
 fn open_dir(
     dir: &Path,
     options: &StorageOptions,
-    engine: &mut Engine,
+    engine: &mut EngineCore,
     durable_changed: Arc<Notify>,
 ) -> Result<(Log, DirLock), OpenError> {
     std::fs::create_dir_all(dir)

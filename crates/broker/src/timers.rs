@@ -13,8 +13,9 @@ pub(crate) async fn run(broker: Arc<Broker>) {
         let next = {
             let mut txn = broker.lock();
             let now = Broker::now();
-            txn.tick(now);
-            let next = txn.next_deadline().unwrap_or(u64::MAX);
+            let engine = txn.engine_core();
+            engine.tick(now);
+            let next = engine.next_deadline().unwrap_or(u64::MAX);
             broker.timer_at.store(next, Ordering::Relaxed);
             next
         };

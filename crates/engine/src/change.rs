@@ -1,6 +1,6 @@
 //! Changes: the engine's account of what it did, in the order it did it.
 //!
-//! Storage appends them to the log; recovery feeds them back through [`crate::Engine::replay`].
+//! Storage appends them to the log; recovery feeds them back through [`crate::EngineCore::replay`].
 //! Only what must survive a restart is a change: reservations and statistics are not,
 //! because a restart hands reserved jobs out again anyway.
 

@@ -6,7 +6,7 @@ use crate::{ConnId, Engine, JobId, Millis};
 
 impl Engine {
     /// When [`Engine::tick`] next has work to do.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub(crate) fn next_deadline(&self) -> Option<Millis> {
         match (self.timers.next(), self.next_flow_purge()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -15,7 +15,7 @@ impl Engine {
 
     /// Does everything that was due at or before `now`: delayed jobs become ready, leases
     /// end, pauses end, waits time out.
-    pub fn tick(&mut self, now: Millis) {
+    pub(crate) fn tick(&mut self, now: Millis) {
         self.saw(now);
         while let Some((_, timer)) = self.timers.pop_due(now) {
             match timer {

@@ -50,10 +50,15 @@ pub struct Counts {
     pub buried: u64,
 }
 
-/// All jobs and queues, and every operation the protocols need.
+/// All jobs and queues, and every operation the protocols need: puts, reserves, releases,
+/// ends, watches, pauses, lease limits, fencing, flows, listings, counts and lookups.
 ///
-/// Callers drain [`Engine::take_changes`] into the log and [`Engine::take_notices`] to
-/// connections after each call, and call [`Engine::tick`] when [`Engine::next_deadline`] passes.
+/// This is what a front end sees (through the broker's transaction). It has no way to take
+/// out what its operations produce: the changes for the log, the notices for sessions, the
+/// clock, lease timing, body places, replay and snapshots belong to the
+/// [`EngineCore`](crate::EngineCore) that owns it, so every change a front end makes
+/// reaches the log through the broker's commit. An `Engine` exists only inside an
+/// `EngineCore`.
 #[derive(Debug)]
 pub struct Engine {
     /// Boxed so the table's buckets stay small: a hash table is up to half empty after it
@@ -98,21 +103,16 @@ pub struct Engine {
     /// Written bodies still kept in memory (see [`crate::hot_bodies`]).
     pub(crate) hot: crate::hot_bodies::HotBodies,
     /// Bodies replaced by their places in the log, not yet freed: the caller frees them
-    /// after it lets go of the engine's lock ([`Engine::move_dropped_bodies`]).
+    /// after it lets go of the engine's lock ([`crate::EngineCore::move_dropped_bodies`]).
     pub(crate) dropped: Vec<Box<[u8]>>,
     /// Queue lists of ended waits, emptied, for the next waits to fill: a consumer waits
     /// once per job, and a new list each time was an allocation and a free per job.
     pub(crate) spare_wait_lists: Vec<Vec<QueueId>>,
 }
 
-impl Default for Engine {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Engine {
-    pub fn new() -> Self {
+    /// An empty engine; built only by [`crate::EngineCore::new`].
+    pub(crate) fn new() -> Self {
         Engine {
             jobs: JobTable::default(),
             queues: Vec::new(),
@@ -144,17 +144,17 @@ impl Engine {
     }
 
     /// Takes the changes made since the last call, in order, for the log.
-    pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
+    pub(crate) fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
         self.changes.drain(..)
     }
 
     /// Whether there are changes waiting for the log.
-    pub fn has_changes(&self) -> bool {
+    pub(crate) fn has_changes(&self) -> bool {
         !self.changes.is_empty()
     }
 
     /// Takes the notices for connections produced since the last call.
-    pub fn take_notices(&mut self) -> std::vec::Drain<'_, Notice> {
+    pub(crate) fn take_notices(&mut self) -> std::vec::Drain<'_, Notice> {
         self.notices.drain(..)
     }
 

@@ -12,7 +12,7 @@ use crate::{Engine, JobId, Millis};
 const RECORD_OVERHEAD: u64 = 56;
 
 /// Entries of a dropped-bodies list kept allocated between turns (16 bytes each), by the
-/// engine and by callers of [`Engine::move_dropped_bodies`] that reuse theirs: a usual
+/// engine and by callers of [`crate::EngineCore::move_dropped_bodies`] that reuse theirs: a usual
 /// turn's fit; the list of a larger one is let go.
 pub const KEEP_DROPPED_LIST: usize = 16 << 10;
 
@@ -59,12 +59,12 @@ impl Engine {
     }
 
     /// The id the next job will get.
-    pub fn next_id(&self) -> JobId {
+    pub(crate) fn next_id(&self) -> JobId {
         self.next_id
     }
 
     /// Estimated bytes the durable jobs would take in a fresh log.
-    pub fn live_bytes(&self) -> u64 {
+    pub(crate) fn live_bytes(&self) -> u64 {
         self.live_bytes + self.flows.bytes
     }
 
@@ -161,7 +161,7 @@ impl Engine {
     /// Keeps the bodies learned written in one turn in memory until later turns bring
     /// newer ones, up to `bytes` (see [`crate::hot_bodies`]); 0, the default, drops each as
     /// soon as it is written.
-    pub fn set_hot_body_budget(&mut self, bytes: usize) {
+    pub(crate) fn set_hot_body_budget(&mut self, bytes: usize) {
         self.hot.set_budget(bytes);
     }
 
@@ -171,7 +171,7 @@ impl Engine {
     /// these with a later turn (or now, past the hot budget). Ignored for a job that has
     /// ended by then, is not durable, or whose body is not that long (nothing else may be
     /// put in its place).
-    pub fn bodies_written(&mut self, places: impl IntoIterator<Item = (JobId, LogRef)>) {
+    pub(crate) fn bodies_written(&mut self, places: impl IntoIterator<Item = (JobId, LogRef)>) {
         let mut places = places.into_iter().peekable();
         if places.peek().is_none() {
             return; // not a turn: nothing new was written
@@ -196,14 +196,14 @@ impl Engine {
     }
 
     /// [`Engine::bodies_written`] for one body.
-    pub fn body_written(&mut self, id: JobId, at: LogRef) {
+    pub(crate) fn body_written(&mut self, id: JobId, at: LogRef) {
         self.bodies_written([(id, at)]);
     }
 
     /// Tells the engine that compaction copied a durable job's body to `at`: the job keeps
     /// that place from now on, also when its body is still in memory (the place a pending
     /// [`Engine::body_written`] names is in a file about to be let go; it is then ignored).
-    pub fn body_moved(&mut self, id: JobId, at: LogRef) {
+    pub(crate) fn body_moved(&mut self, id: JobId, at: LogRef) {
         if let Some(job) = self.jobs.get_mut(&id) {
             if job.durable && job.body.len() == at.len() as usize {
                 job.body = Body::Log(at);
@@ -213,7 +213,7 @@ impl Engine {
 
     /// Bodies written and still kept in memory under the hot budget, for stats and tests
     /// (also counting entries of jobs that ended since).
-    pub fn hot_bodies(&self) -> usize {
+    pub(crate) fn hot_bodies(&self) -> usize {
         self.hot.len()
     }
 
@@ -224,7 +224,7 @@ impl Engine {
     /// that reuses `into` too frees no kilobyte-sized block per turn, which with glibc's
     /// malloc would sweep the bodies just freed out of its fast bins (docs/performance.md,
     /// the put cost).
-    pub fn move_dropped_bodies(&mut self, into: &mut Vec<Box<[u8]>>) {
+    pub(crate) fn move_dropped_bodies(&mut self, into: &mut Vec<Box<[u8]>>) {
         into.append(&mut self.dropped);
         if self.dropped.capacity() > KEEP_DROPPED_LIST {
             self.dropped = Vec::new(); // an unusual turn's list is not kept for ever

@@ -74,7 +74,7 @@ pub(crate) struct LeaseTiming {
 impl Engine {
     /// Starts (or stops) timing leases. The caller then calls [`Engine::stamp_leases`] after
     /// operations while [`Engine::has_lease_timing_work`] says so, and takes the ends.
-    pub fn time_leases(&mut self, on: bool) {
+    pub(crate) fn time_leases(&mut self, on: bool) {
         self.timing.on = on;
         if !on {
             self.timing.unstamped.clear();
@@ -84,13 +84,13 @@ impl Engine {
 
     /// Whether leases wait for a stamp or completed leases wait to be taken: only then does
     /// the caller need to read its clock.
-    pub fn has_lease_timing_work(&self) -> bool {
+    pub(crate) fn has_lease_timing_work(&self) -> bool {
         !self.timing.unstamped.is_empty() || !self.timing.ends.is_empty()
     }
 
     /// Stamps the leases made since the last call with `now` (the caller's monotonic clock,
     /// any unit; the broker uses microseconds).
-    pub fn stamp_leases(&mut self, now: u64) {
+    pub(crate) fn stamp_leases(&mut self, now: u64) {
         let now = now.min(UNSTAMPED - 1);
         for (conn, id) in self.timing.unstamped.drain(..) {
             let stamp = self
@@ -106,7 +106,7 @@ impl Engine {
     }
 
     /// Takes the leases that ended with their job completed since the last call, in order.
-    pub fn take_lease_ends(&mut self) -> std::vec::Drain<'_, LeaseEnd> {
+    pub(crate) fn take_lease_ends(&mut self) -> std::vec::Drain<'_, LeaseEnd> {
         self.timing.ends.drain(..)
     }
 

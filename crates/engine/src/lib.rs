@@ -8,11 +8,18 @@
 //!
 //! One namespace of queues serves every protocol: a beanstalkd tube, a Gearman function
 //! and a jobd target of the same name are the same [`Queue`].
+//!
+//! Two types split who may do what. [`Engine`] is every operation a protocol front end
+//! performs; [`EngineCore`] owns it and adds the plumbing only its owner — the broker,
+//! recovery, snapshots, tests — may call: taking the changes and notices out, the clock,
+//! lease timing, body places, replay and snapshots. Front ends get an `&mut Engine` and no
+//! way back to the `EngineCore`, so none can drain changes past the log.
 
 mod change;
 mod clock;
 mod ends;
 mod engine;
+mod engine_core;
 pub mod flows;
 mod hot_bodies;
 mod id_hash;
@@ -34,6 +41,7 @@ mod waits;
 
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
+pub use engine_core::EngineCore;
 pub use job::{Body, Job, JobState, LogRef};
 pub use job_handle::push_job_handle;
 pub use jobs::{NewJob, PutOutcome, KEEP_DROPPED_LIST};

@@ -11,14 +11,14 @@ use crate::{Engine, JobId};
 impl Engine {
     /// Applies one change read back from the log. Reservations are not logged, so a job
     /// comes back ready, delayed or buried; changes to unknown jobs are ignored.
-    pub fn replay(&mut self, change: Change) {
+    pub(crate) fn replay(&mut self, change: Change) {
         self.replay_placed(change, None);
     }
 
     /// [`Engine::replay`] for a caller that keeps bodies only in the log: a `Put` whose
     /// body's place is given keeps only the place (see [`Engine::body_written`]), without
     /// ever holding a copy of the body.
-    pub fn replay_placed(&mut self, change: Change, place: Option<LogRef>) {
+    pub(crate) fn replay_placed(&mut self, change: Change, place: Option<LogRef>) {
         match change {
             Change::Put {
                 id,
@@ -120,13 +120,13 @@ impl Engine {
     }
 
     /// Makes sure ids continue above `next` (recovery reads it from a snapshot header).
-    pub fn raise_next_id(&mut self, next: JobId) {
+    pub(crate) fn raise_next_id(&mut self, next: JobId) {
         self.next_id = self.next_id.max(next);
     }
 
     /// Every durable job as a `Put` change, such that replaying them rebuilds the same
     /// queues: buried jobs come in burial order, leased jobs come back ready.
-    pub fn snapshot(&self) -> Vec<Change> {
+    pub(crate) fn snapshot(&self) -> Vec<Change> {
         self.snapshot_of(&self.snapshot_order())
     }
 
@@ -138,7 +138,7 @@ impl Engine {
     /// Reads only the queues' buried sets and the job table's keys, never the jobs
     /// themselves: the caller holds the engine lock meanwhile, and touching a million
     /// boxed jobs would stall every connection for a tenth of a second.
-    pub fn snapshot_order(&self) -> Vec<JobId> {
+    pub(crate) fn snapshot_order(&self) -> Vec<JobId> {
         let mut ids = self.flow_snapshot_slots();
         ids.reserve(self.jobs.len());
         let flow_slots = ids.len();
@@ -159,7 +159,7 @@ impl Engine {
     ///
     /// Panics if one of the jobs' bodies is only in the log: a caller that moves bodies to
     /// the log ([`Engine::body_written`]) uses [`Engine::snapshot_of_split`].
-    pub fn snapshot_of(&self, ids: &[JobId]) -> Vec<Change> {
+    pub(crate) fn snapshot_of(&self, ids: &[JobId]) -> Vec<Change> {
         let (out, in_log) = self.snapshot_of_split(ids);
         assert!(
             in_log.is_empty(),
@@ -171,7 +171,7 @@ impl Engine {
     /// [`Engine::snapshot_of`] for jobs whose bodies may be only in the log: those `Put`s
     /// have an empty body, and their index in the list comes back with the body's place,
     /// for the caller to read after letting go of the engine (no I/O under its lock).
-    pub fn snapshot_of_split(&self, ids: &[JobId]) -> (Vec<Change>, Vec<(usize, LogRef)>) {
+    pub(crate) fn snapshot_of_split(&self, ids: &[JobId]) -> (Vec<Change>, Vec<(usize, LogRef)>) {
         let mut out = Vec::with_capacity(ids.len());
         let mut in_log = Vec::new();
         for &id in ids {

@@ -3,7 +3,7 @@
 //! (shared/reference/flows-guild-queues.md §5) showing it cannot happen here.
 
 use jobyard_engine::flows::{FlowChange, FlowDefinition, FlowError, FlowLease, NewFlowJob};
-use jobyard_engine::{Change, ConnId, Engine, Lease, Millis, ReserveOutcome, WaitMode};
+use jobyard_engine::{Change, ConnId, EngineCore, Lease, Millis, ReserveOutcome, WaitMode};
 use serde_json::{json, Map, Value};
 
 const T0: Millis = 1_700_000_000_000;
@@ -13,14 +13,14 @@ const W2: ConnId = 2;
 
 /// An engine and every change it logged, so a test can "restart" by replaying them.
 struct Server {
-    e: Engine,
+    e: EngineCore,
     log: Vec<Change>,
 }
 
 impl Server {
     fn new() -> Server {
         Server {
-            e: Engine::new(),
+            e: EngineCore::new(),
             log: Vec::new(),
         }
     }
@@ -56,9 +56,8 @@ impl Server {
 
     /// Leases from a stage without waiting.
     fn lease(&mut self, conn: ConnId, stage: &str, now: Millis) -> Option<FlowLease> {
-        let q = self
-            .e
-            .queue_id_or_create(self.e.flow_stage_queue(stage).as_bytes());
+        let queue = self.e.flow_stage_queue(stage);
+        let q = self.e.queue_id_or_create(queue.as_bytes());
         let got = match self.e.reserve(
             conn,
             &[q],
@@ -96,7 +95,7 @@ impl Server {
 
     /// A new engine rebuilt from the log, as a restart does.
     fn restarted(&self) -> Server {
-        let mut e = Engine::new();
+        let mut e = EngineCore::new();
         for c in &self.log {
             e.replay(c.clone());
         }
@@ -409,8 +408,8 @@ fn race_7_best_priority_first_and_waiting_leases_are_served_at_once() {
     let high = s.create("p", 1, json!({}));
     assert_eq!(s.lease(W1, "only", T0).unwrap().id, high);
     assert_eq!(s.lease(W1, "only", T0).unwrap().id, low);
-    let q =
-        s.e.queue_id_or_create(s.e.flow_stage_queue("only").as_bytes());
+    let queue = s.e.flow_stage_queue("only");
+    let q = s.e.queue_id_or_create(queue.as_bytes());
     let waiting = s.e.reserve(
         W2,
         &[q],
@@ -466,7 +465,7 @@ fn race_9_flows_are_declared_at_run_time_and_survive_restart_and_snapshot() {
     let r = s.restarted();
     assert_eq!(r.e.flow_definitions().count(), 2);
     let snap = r.e.snapshot();
-    let mut fresh = Engine::new();
+    let mut fresh = EngineCore::new();
     snap.into_iter().for_each(|c| fresh.replay(c));
     assert_eq!(fresh.flow_definition("lin"), s.e.flow_definition("lin"));
     assert_eq!(fresh.flow_job(&id), s.e.flow_job(&id));
@@ -786,7 +785,7 @@ fn a_fuzzy_snapshot_plus_the_records_after_its_cut_rebuilds_the_flows() {
             s.complete(W2, &l, json!({"child": true}));
         }
     }
-    let mut rebuilt = Engine::new();
+    let mut rebuilt = EngineCore::new();
     for c in snap.into_iter().chain(s.log[cut..].iter().cloned()) {
         rebuilt.replay(c);
     }
@@ -892,8 +891,8 @@ fn a_waiting_worker_is_fenced_in_the_transition_that_readies_its_job() {
     let mut s = Server::new();
     s.define(r#"{"name":"f","stages":[{"name":"a","next":"b","leaseMs":7000},{"name":"b"}]}"#);
     let wait_on = |s: &mut Server, conn: ConnId, stage: &str| {
-        let q =
-            s.e.queue_id_or_create(s.e.flow_stage_queue(stage).as_bytes());
+        let queue = s.e.flow_stage_queue(stage);
+        let q = s.e.queue_id_or_create(queue.as_bytes());
         let got = s.e.reserve(
             conn,
             &[q],
@@ -994,7 +993,7 @@ fn snapshots_reuse_the_records_of_finished_jobs_instead_of_encoding_them_again()
             );
         }
         assert_ne!(first[&open].as_ptr(), second[&open].as_ptr());
-        let mut rebuilt = Engine::new();
+        let mut rebuilt = EngineCore::new();
         engine
             .snapshot()
             .into_iter()

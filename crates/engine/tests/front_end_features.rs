@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use jobyard_engine::{
-    Change, ConnId, Cursor, EndStatus, Engine, JobEnd, JobId, JobState, JobUpdate, Lease, Millis,
-    NewJob, Notice, NoticeKind, QueueId, ReserveOutcome, WaitMode,
+    Change, ConnId, Cursor, EndStatus, Engine, EngineCore, JobEnd, JobId, JobState, JobUpdate,
+    Lease, Millis, NewJob, Notice, NoticeKind, QueueId, ReserveOutcome, WaitMode,
 };
 
 const T0: Millis = 1_700_000_000_000;
@@ -50,16 +50,16 @@ fn take(e: &mut Engine, conn: ConnId, q: QueueId) -> JobId {
     }
 }
 
-fn notices(e: &mut Engine) -> Vec<Notice> {
+fn notices(e: &mut EngineCore) -> Vec<Notice> {
     e.take_notices().collect()
 }
 
-fn changes(e: &mut Engine) -> Vec<Change> {
+fn changes(e: &mut EngineCore) -> Vec<Change> {
     e.take_changes().collect()
 }
 
-fn replayed(changes: Vec<Change>) -> Engine {
-    let mut r = Engine::new();
+fn replayed(changes: Vec<Change>) -> EngineCore {
+    let mut r = EngineCore::new();
     for c in changes {
         r.replay(c);
     }
@@ -70,7 +70,7 @@ fn replayed(changes: Vec<Change>) -> Engine {
 
 #[test]
 fn every_watcher_hears_the_outcome_in_the_transition_that_ends_the_job() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q, 1);
     assert!(e.watch(B, id));
@@ -115,7 +115,7 @@ fn every_watcher_hears_the_outcome_in_the_transition_that_ends_the_job() {
 
 #[test]
 fn a_plain_delete_is_logged_as_before_and_watchers_hear_deleted() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q, 1);
     e.watch(B, id);
@@ -137,7 +137,7 @@ fn a_plain_delete_is_logged_as_before_and_watchers_hear_deleted() {
 
 #[test]
 fn a_failure_is_counted_and_an_unlogged_job_logs_nothing() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = e.put(q, 1, 0, 60, Bytes::from_static(b"x"), false, T0).id;
     e.watch(B, id);
@@ -151,7 +151,7 @@ fn a_failure_is_counted_and_an_unlogged_job_logs_nothing() {
 
 #[test]
 fn updates_reach_watchers_and_leave_no_trace_in_the_log() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q, 1);
     e.watch(B, id);
@@ -168,7 +168,7 @@ fn updates_reach_watchers_and_leave_no_trace_in_the_log() {
 
 #[test]
 fn unwatching_and_disconnecting_end_watches() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q, 1);
     e.watch(B, id);
@@ -188,7 +188,7 @@ fn unwatching_and_disconnecting_end_watches() {
 
 #[test]
 fn attributes_travel_with_the_put_through_the_log_and_snapshots() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let attrs = Bytes::from_static(b"{\"row\":42}");
     let id = e
@@ -218,7 +218,7 @@ fn attributes_travel_with_the_put_through_the_log_and_snapshots() {
 
 #[test]
 fn a_queue_at_its_lease_limit_hands_out_nothing_more() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "target");
     let other = queue(&mut e, "other");
     e.set_lease_limit(q, 2, T0);
@@ -244,7 +244,7 @@ fn a_queue_at_its_lease_limit_hands_out_nothing_more() {
 #[test]
 fn a_waiter_is_served_as_soon_as_a_lease_of_a_full_queue_ends() {
     // Each way a lease can end makes room: delete, finish, release, bury, expiry, disconnect.
-    type End = fn(&mut Engine, JobId);
+    type End = fn(&mut EngineCore, JobId);
     let ends: [(&str, End); 6] = [
         ("delete", |e, id| assert!(e.delete(A, id))),
         ("finish", |e, id| {
@@ -256,7 +256,7 @@ fn a_waiter_is_served_as_soon_as_a_lease_of_a_full_queue_ends() {
         ("disconnect", |e, _| e.disconnect(A, T0)),
     ];
     for (how, end) in ends {
-        let mut e = Engine::new();
+        let mut e = EngineCore::new();
         let q = queue(&mut e, "target");
         e.set_lease_limit(q, 1, T0);
         let first = put(&mut e, q, 1);
@@ -281,7 +281,7 @@ fn a_waiter_is_served_as_soon_as_a_lease_of_a_full_queue_ends() {
 
 #[test]
 fn raising_a_lease_limit_serves_waiters() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "target");
     e.set_lease_limit(q, 1, T0);
     put(&mut e, q, 1);
@@ -300,7 +300,7 @@ fn raising_a_lease_limit_serves_waiters() {
 
 #[test]
 fn a_pause_without_an_end_holds_until_resumed() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"held");
     e.add_consumer(q);
     let id = put(&mut e, q, 1);
@@ -337,7 +337,7 @@ fn a_pause_without_an_end_holds_until_resumed() {
 
 #[test]
 fn resume_also_ends_a_timed_pause_and_its_timer() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     e.pause(q, 60, T0);
     assert_eq!(e.next_deadline(), Some(T0 + 60 * SEC));
@@ -350,7 +350,7 @@ fn resume_also_ends_a_timed_pause_and_its_timer() {
 
 #[test]
 fn fenced_attempts_are_logged_and_never_reused_after_a_restart() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q, 1);
     assert_eq!(e.fence(A, id), None, "not held");
@@ -371,7 +371,7 @@ fn fenced_attempts_are_logged_and_never_reused_after_a_restart() {
 
 #[test]
 fn listings_page_through_each_state_in_its_order() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let ids: Vec<JobId> = (0..10).map(|i| put(&mut e, q, 10 - i)).collect();
     let mut seen = Vec::new();
@@ -402,7 +402,7 @@ fn listings_page_through_each_state_in_its_order() {
 
 #[test]
 fn an_operator_buries_a_waiting_job_but_not_a_leased_one() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let ready = put(&mut e, q, 1);
     let delayed = e.put(q, 1, 5, 60, Bytes::new(), true, T0).id;
@@ -433,7 +433,7 @@ fn an_operator_buries_a_waiting_job_but_not_a_leased_one() {
 
 #[test]
 fn route_moves_a_held_job_to_the_next_queue_in_one_logged_step() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let first = e.queue_id_or_create(b"stage-1");
     let id = e
         .put_job(
@@ -494,7 +494,7 @@ fn route_moves_a_held_job_to_the_next_queue_in_one_logged_step() {
 
 #[test]
 fn a_routed_job_comes_back_in_its_new_queue_after_a_restart() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let first = queue(&mut e, "one");
     let id = put(&mut e, first, 9);
     let next = e.queue_id_or_create(b"two");
@@ -523,7 +523,7 @@ fn a_routed_job_comes_back_in_its_new_queue_after_a_restart() {
 
 #[test]
 fn a_job_with_a_unique_key_is_not_routed() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let next = queue(&mut e, "next");
     let id = e

@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use jobyard_engine::flows::{FlowDefinition, NewFlowJob};
 use jobyard_engine::{
-    Change, ConnId, Engine, JobEnd, JobId, Lease, LeaseEnd, LeaseOutcome, Millis, QueueId,
-    ReserveOutcome, WaitMode,
+    Change, ConnId, Engine, EngineCore, JobEnd, JobId, Lease, LeaseEnd, LeaseOutcome, Millis,
+    QueueId, ReserveOutcome, WaitMode,
 };
 use serde_json::Map;
 
@@ -16,8 +16,8 @@ const SEC: Millis = 1000;
 const A: ConnId = 1;
 const B: ConnId = 2;
 
-fn timed_engine() -> Engine {
-    let mut e = Engine::new();
+fn timed_engine() -> EngineCore {
+    let mut e = EngineCore::new();
     e.time_leases(true);
     e
 }
@@ -48,7 +48,7 @@ fn take(e: &mut Engine, conn: ConnId, q: QueueId, now: Millis) -> JobId {
 }
 
 /// What the broker does after each transaction: stamp new leases, take completed ones.
-fn commit(e: &mut Engine, clock: u64) -> Vec<LeaseEnd> {
+fn commit(e: &mut EngineCore, clock: u64) -> Vec<LeaseEnd> {
     if !e.has_lease_timing_work() {
         return Vec::new();
     }
@@ -238,7 +238,7 @@ fn the_queue_name_is_kept_even_when_the_end_drops_the_queue() {
 
 #[test]
 fn an_engine_that_is_not_timing_keeps_nothing() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = queue(&mut e, "q");
     let id = put(&mut e, q);
     take(&mut e, A, q, T0);
@@ -268,7 +268,8 @@ fn a_flow_stage_completed_or_failed_counts_from_its_lease() {
         .expect("created");
     let mut ends = Vec::new();
     for (stage, clock) in [("first", 10), ("second", 30)] {
-        let q = e.queue_id_or_create(e.flow_stage_queue(stage).as_bytes());
+        let queue = e.flow_stage_queue(stage);
+        let q = e.queue_id_or_create(queue.as_bytes());
         let engine_id = take(&mut e, A, q, T0);
         let lease = e
             .flow_hand_out(A, engine_id, None, T0)

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use jobyard_engine::{
-    Change, ConnId, Engine, JobId, JobState, Lease, Millis, Notice, NoticeKind, QueueId,
-    ReserveOutcome, WaitMode, SAFETY_MARGIN_MS, URGENT_PRIORITY,
+    Change, ConnId, Engine, EngineCore, JobId, JobState, Lease, Millis, Notice, NoticeKind,
+    QueueId, ReserveOutcome, WaitMode, SAFETY_MARGIN_MS, URGENT_PRIORITY,
 };
 use proptest::prelude::*;
 
@@ -501,7 +501,7 @@ fn body_of(id: JobId) -> Bytes {
 // ----- running both -----------------------------------------------------------------------
 
 struct World {
-    engine: Engine,
+    engine: EngineCore,
     model: Model,
     queues: [QueueId; QUEUES],
     now: Millis,
@@ -509,7 +509,7 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let mut engine = Engine::new();
+        let mut engine = EngineCore::new();
         // Pinned, as beanstalkd's `default` is, so queue ids stay put for the whole run.
         let queues = QUEUE_NAMES.map(|name| {
             let q = engine.queue_id_or_create(name.as_bytes());
@@ -814,8 +814,8 @@ fn buried_order(e: &Engine, max_id: JobId) -> BTreeMap<Vec<u8>, Vec<JobId>> {
         .collect()
 }
 
-fn rebuild(changes: impl IntoIterator<Item = Change>, next_id: JobId, now: Millis) -> Engine {
-    let mut r = Engine::new();
+fn rebuild(changes: impl IntoIterator<Item = Change>, next_id: JobId, now: Millis) -> EngineCore {
+    let mut r = EngineCore::new();
     for change in changes {
         r.replay(change);
     }
@@ -964,7 +964,7 @@ struct TrackedWait {
 }
 
 struct Waits {
-    engine: Engine,
+    engine: EngineCore,
     queues: [QueueId; QUEUES],
     now: Millis,
     next_id: JobId,

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use jobyard_engine::{
-    Change, ConnId, Engine, JobId, JobState, Lease, Millis, NewJob, Notice, NoticeKind, PutState,
-    QueueId, ReserveOutcome, WaitMode, SAFETY_MARGIN_MS,
+    Change, ConnId, Engine, EngineCore, JobId, JobState, Lease, Millis, NewJob, Notice, NoticeKind,
+    PutState, QueueId, ReserveOutcome, WaitMode, SAFETY_MARGIN_MS,
 };
 
 /// An arbitrary wall-clock start, far from zero so subtractions never saturate.
@@ -66,11 +66,11 @@ fn block(
     )
 }
 
-fn notices(e: &mut Engine) -> Vec<Notice> {
+fn notices(e: &mut EngineCore) -> Vec<Notice> {
     e.take_notices().collect()
 }
 
-fn changes(e: &mut Engine) -> Vec<Change> {
+fn changes(e: &mut EngineCore) -> Vec<Change> {
     e.take_changes().collect()
 }
 
@@ -99,7 +99,7 @@ fn names(e: &Engine) -> Vec<String> {
 
 #[test]
 fn best_mode_hands_out_lowest_priority_then_lowest_id_across_queues() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let j1 = put(&mut e, a, 5, 0, 60, T0);
@@ -119,7 +119,7 @@ fn best_mode_hands_out_lowest_priority_then_lowest_id_across_queues() {
 
 #[test]
 fn a_released_job_goes_back_ahead_of_newer_jobs_of_the_same_priority() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let j1 = put(&mut e, q, 10, 0, 60, T0);
     assert_eq!(take(&mut e, A, &[q], T0), j1);
@@ -131,7 +131,7 @@ fn a_released_job_goes_back_ahead_of_newer_jobs_of_the_same_priority() {
 
 #[test]
 fn peek_ready_is_the_next_job_to_be_reserved() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     assert!(e.peek_ready(q).is_none());
     put(&mut e, q, 7, 0, 60, T0);
@@ -144,7 +144,7 @@ fn peek_ready_is_the_next_job_to_be_reserved() {
 
 #[test]
 fn in_order_mode_takes_from_the_first_queue_that_has_a_job() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let in_b = put(&mut e, b, 0, 0, 60, T0);
@@ -176,7 +176,7 @@ fn in_order_mode_takes_from_the_first_queue_that_has_a_job() {
 
 #[test]
 fn delete_works_on_ready_delayed_and_buried_jobs_from_any_connection() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let ready = put(&mut e, q, 1, 0, 60, T0);
     let delayed = put(&mut e, q, 1, 30, 60, T0);
@@ -210,7 +210,7 @@ fn delete_works_on_ready_delayed_and_buried_jobs_from_any_connection() {
 
 #[test]
 fn a_reserved_job_can_be_deleted_only_by_its_holder() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 60, T0);
     assert_eq!(take(&mut e, A, &[q], T0), id);
@@ -229,7 +229,7 @@ fn a_reserved_job_can_be_deleted_only_by_its_holder() {
 
 #[test]
 fn release_without_delay_makes_the_job_ready_with_its_new_priority() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 2000, 0, 60, T0);
     changes(&mut e);
@@ -261,7 +261,7 @@ fn release_without_delay_makes_the_job_ready_with_its_new_priority() {
 
 #[test]
 fn release_with_delay_makes_the_job_delayed_until_its_time() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 60, T0);
     changes(&mut e);
@@ -298,7 +298,7 @@ fn release_with_delay_makes_the_job_delayed_until_its_time() {
 
 #[test]
 fn bury_is_fifo_and_kick_takes_buried_jobs_first_oldest_first() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let j: Vec<JobId> = (0..3).map(|_| put(&mut e, q, 1, 0, 60, T0)).collect();
     let delayed = put(&mut e, q, 1, 10, 60, T0);
@@ -344,7 +344,7 @@ fn bury_is_fifo_and_kick_takes_buried_jobs_first_oldest_first() {
 
 #[test]
 fn kick_takes_delayed_jobs_soonest_first_up_to_the_bound() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let d30 = put(&mut e, q, 1, 30, 60, T0);
     let d10 = put(&mut e, q, 1, 10, 60, T0);
@@ -367,7 +367,7 @@ fn kick_takes_delayed_jobs_soonest_first_up_to_the_bound() {
 
 #[test]
 fn kick_only_touches_its_own_queue() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let in_b = put(&mut e, b, 1, 5, 60, T0);
@@ -377,7 +377,7 @@ fn kick_only_touches_its_own_queue() {
 
 #[test]
 fn kick_job_kicks_one_buried_or_delayed_job_in_any_queue() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let ready = put(&mut e, a, 1, 0, 60, T0);
@@ -408,7 +408,7 @@ fn kick_job_kicks_one_buried_or_delayed_job_in_any_queue() {
 
 #[test]
 fn a_kicked_job_is_handed_to_a_waiter() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 100, 60, T0);
     assert_eq!(block(&mut e, B, &[q], None, T0), ReserveOutcome::Waiting);
@@ -421,7 +421,7 @@ fn a_kicked_job_is_handed_to_a_waiter() {
 
 #[test]
 fn touch_restarts_the_lease_with_the_full_ttr() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 10, T0);
     take(&mut e, A, &[q], T0);
@@ -451,7 +451,7 @@ fn touch_restarts_the_lease_with_the_full_ttr() {
 
 #[test]
 fn touch_for_restarts_the_lease_with_the_length_asked_for() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 10, T0);
     take(&mut e, A, &[q], T0);
@@ -480,7 +480,7 @@ fn touch_for_restarts_the_lease_with_the_length_asked_for() {
 fn touch_of_a_zero_ttr_job_gives_the_same_minimum_lease_as_reserve() {
     // The engine treats ttr 0 as 1 second when leasing; touch must too, or the touched
     // lease would end the moment it was touched.
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 0, T0);
     take(&mut e, A, &[q], T0);
@@ -493,7 +493,7 @@ fn touch_of_a_zero_ttr_job_gives_the_same_minimum_lease_as_reserve() {
 
 #[test]
 fn touch_leaves_an_unlimited_lease_unlimited() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 5, T0);
     assert!(e.reserve_job(A, id, Lease::Unlimited, T0));
@@ -504,7 +504,7 @@ fn touch_leaves_an_unlimited_lease_unlimited() {
 
 #[test]
 fn a_fixed_lease_lasts_its_milliseconds() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 600, T0);
     assert_eq!(
@@ -526,7 +526,7 @@ fn a_fixed_lease_lasts_its_milliseconds() {
 
 #[test]
 fn an_expired_lease_makes_the_job_ready_counts_it_and_tells_the_holder() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 2, T0);
     changes(&mut e);
@@ -570,7 +570,7 @@ fn an_expired_lease_makes_the_job_ready_counts_it_and_tells_the_holder() {
 
 #[test]
 fn an_expired_lease_goes_to_a_waiting_connection() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 0, 1, T0);
     take(&mut e, A, &[q], T0);
@@ -590,7 +590,7 @@ fn an_expired_lease_goes_to_a_waiting_connection() {
 
 #[test]
 fn a_put_goes_to_the_oldest_waiter() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     assert_eq!(block(&mut e, A, &[q], None, T0), ReserveOutcome::Waiting);
     assert_eq!(block(&mut e, B, &[q], None, T0), ReserveOutcome::Waiting);
@@ -624,7 +624,7 @@ fn a_put_goes_to_the_oldest_waiter() {
 
 #[test]
 fn a_waiter_gets_the_best_job_across_its_queues() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     assert_eq!(block(&mut e, A, &[a, b], None, T0), ReserveOutcome::Waiting);
@@ -641,7 +641,7 @@ fn a_waiter_gets_the_best_job_across_its_queues() {
 
 #[test]
 fn a_waiter_is_not_served_from_queues_it_does_not_watch() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     assert_eq!(block(&mut e, A, &[a], None, T0), ReserveOutcome::Waiting);
@@ -653,7 +653,7 @@ fn a_waiter_is_not_served_from_queues_it_does_not_watch() {
 
 #[test]
 fn a_delayed_job_becoming_ready_goes_to_a_waiter() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 2, 60, T0);
     assert_eq!(block(&mut e, A, &[q], None, T0), ReserveOutcome::Waiting);
@@ -663,7 +663,7 @@ fn a_delayed_job_becoming_ready_goes_to_a_waiter() {
 
 #[test]
 fn a_wait_times_out() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     assert_eq!(
         block(&mut e, A, &[q], Some(5 * SEC), T0),
@@ -685,7 +685,7 @@ fn a_wait_times_out() {
 
 #[test]
 fn a_served_wait_does_not_time_out_later() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     block(&mut e, A, &[q], Some(5 * SEC), T0);
     let id = put(&mut e, q, 1, 0, 60, T0 + SEC);
@@ -696,7 +696,7 @@ fn a_served_wait_does_not_time_out_later() {
 
 #[test]
 fn cancel_wait_ends_a_wait_silently() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     block(&mut e, A, &[q], Some(5 * SEC), T0);
     assert!(e.cancel_wait(A));
@@ -709,7 +709,7 @@ fn cancel_wait_ends_a_wait_silently() {
 
 #[test]
 fn reserve_with_zero_timeout_answers_timed_out_at_once() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     assert_eq!(poll(&mut e, A, &[q], T0), ReserveOutcome::TimedOut);
     assert!(!e.is_waiting(A));
@@ -725,7 +725,7 @@ fn reserve_with_zero_timeout_answers_timed_out_at_once() {
 
 #[test]
 fn deadline_soon_is_answered_at_once_only_when_nothing_is_ready() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let held = put(&mut e, q, 1, 0, 5, T0);
     take(&mut e, A, &[q], T0);
@@ -768,7 +768,7 @@ fn deadline_soon_is_answered_at_once_only_when_nothing_is_ready() {
 
 #[test]
 fn deadline_soon_ends_a_wait_one_margin_before_the_lease_ends() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let held = put(&mut e, q, 1, 0, 5, T0);
     take(&mut e, A, &[q], T0);
@@ -790,7 +790,7 @@ fn deadline_soon_ends_a_wait_one_margin_before_the_lease_ends() {
 
 #[test]
 fn deadline_soon_uses_the_soonest_of_several_leases_and_beats_a_later_timeout() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let long = put(&mut e, q, 1, 0, 100, T0);
     let short = put(&mut e, q, 2, 0, 10, T0);
@@ -809,7 +809,7 @@ fn deadline_soon_uses_the_soonest_of_several_leases_and_beats_a_later_timeout() 
 
 #[test]
 fn a_wait_that_times_out_before_the_margin_gets_timed_out() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     put(&mut e, q, 1, 0, 100, T0);
     take(&mut e, A, &[q], T0);
@@ -827,7 +827,7 @@ fn a_wait_that_times_out_before_the_margin_gets_timed_out() {
 
 #[test]
 fn a_paused_queue_hands_out_nothing_until_its_timer_ends_the_pause() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let j1 = put(&mut e, q, 5, 0, 60, T0);
     e.pause(q, 10, T0);
@@ -862,7 +862,7 @@ fn a_paused_queue_hands_out_nothing_until_its_timer_ends_the_pause() {
 
 #[test]
 fn pausing_for_zero_seconds_resumes_now_and_serves_waiters() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 5, 0, 60, T0);
     e.pause(q, 100, T0);
@@ -878,7 +878,7 @@ fn pausing_for_zero_seconds_resumes_now_and_serves_waiters() {
 
 #[test]
 fn pausing_again_replaces_the_previous_pause() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     put(&mut e, q, 5, 0, 60, T0);
     e.pause(q, 100, T0);
@@ -891,7 +891,7 @@ fn pausing_again_replaces_the_previous_pause() {
 
 #[test]
 fn a_pause_does_not_stop_other_queues_or_put_kick_delete_and_reserve_job() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let in_a = put(&mut e, a, 0, 0, 60, T0);
@@ -918,7 +918,7 @@ fn a_pause_does_not_stop_other_queues_or_put_kick_delete_and_reserve_job() {
 
 #[test]
 fn disconnect_makes_held_jobs_ready_without_counting_and_serves_waiters() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let j1 = put(&mut e, q, 1, 0, 60, T0);
     let j2 = put(&mut e, q, 2, 0, 60, T0);
@@ -948,7 +948,7 @@ fn disconnect_makes_held_jobs_ready_without_counting_and_serves_waiters() {
 
 #[test]
 fn disconnect_ends_a_wait() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     block(&mut e, A, &[q], Some(10 * SEC), T0);
     e.disconnect(A, T0);
@@ -966,7 +966,7 @@ fn disconnect_ends_a_wait() {
 
 #[test]
 fn queues_are_created_on_demand_and_found_by_name() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     assert_eq!(e.queue_id(b"x"), None);
     let x = e.queue_id_or_create(b"x");
     assert_eq!(e.queue_id_or_create(b"x"), x);
@@ -977,7 +977,7 @@ fn queues_are_created_on_demand_and_found_by_name() {
 
 #[test]
 fn an_unreferenced_queue_is_dropped_and_the_last_takes_its_listing_slot() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let ids: Vec<QueueId> = ["a", "b", "c", "d"]
         .iter()
         .map(|n| {
@@ -1006,7 +1006,7 @@ fn an_unreferenced_queue_is_dropped_and_the_last_takes_its_listing_slot() {
 
 #[test]
 fn each_kind_of_reference_keeps_a_queue_alive() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     e.add_consumer(q);
     e.add_consumer(q);
@@ -1024,7 +1024,7 @@ fn each_kind_of_reference_keeps_a_queue_alive() {
 
 #[test]
 fn a_queue_with_jobs_lives_until_its_last_job_is_deleted() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     e.add_producer(q);
     let ready = put(&mut e, q, 1, 0, 60, T0);
@@ -1049,7 +1049,7 @@ fn a_queue_with_jobs_lives_until_its_last_job_is_deleted() {
 
 #[test]
 fn dropping_a_paused_queue_cancels_its_unpause_timer() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     e.pause(q, 30, T0);
     assert_eq!(e.next_deadline(), Some(T0 + 30 * SEC));
@@ -1065,7 +1065,7 @@ fn dropping_a_paused_queue_cancels_its_unpause_timer() {
 
 #[test]
 fn a_queue_left_empty_by_deletes_is_recreated_fresh() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let id = put(&mut e, q, 1, 0, 60, T0);
     assert!(e.delete(A, id));
@@ -1079,7 +1079,7 @@ fn a_queue_left_empty_by_deletes_is_recreated_fresh() {
 
 #[test]
 fn reserve_job_takes_a_ready_delayed_or_buried_job_but_not_a_reserved_one() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let ready = put(&mut e, a, 1, 0, 60, T0);
@@ -1116,7 +1116,7 @@ fn reserve_job_takes_a_ready_delayed_or_buried_job_but_not_a_reserved_one() {
 
 #[test]
 fn a_wake_only_wait_is_woken_once_and_takes_nothing() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let wake_only = |e: &mut Engine, conn| {
         e.reserve(
@@ -1162,7 +1162,7 @@ fn a_wake_only_wait_is_woken_once_and_takes_nothing() {
 
 #[test]
 fn changes_are_emitted_in_order_for_durable_jobs_only() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let volatile = e.put(q, 1, 0, 60, body("v"), false, T0).id;
     let id = e.put(q, 2, 0, 60, body("d"), true, T0).id;
@@ -1227,7 +1227,7 @@ fn changes_are_emitted_in_order_for_durable_jobs_only() {
 
 #[test]
 fn a_delayed_put_is_logged_with_its_ready_time() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let id = put(&mut e, q, 1, 7, 60, T0);
     match &changes(&mut e)[..] {
@@ -1250,7 +1250,7 @@ fn reserve_job_of_a_buried_or_delayed_job_is_logged_so_a_restart_agrees() {
     // A reserved job comes back ready after a restart. A job taken straight from buried or
     // delayed must therefore leave a record that it left that state, or replaying the log
     // would bring it back buried/delayed (and it would stay buried after its lease ran out).
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let buried = put(&mut e, q, 1, 0, 60, T0);
     let delayed = put(&mut e, q, 1, 60, 60, T0);
@@ -1271,7 +1271,7 @@ fn reserve_job_of_a_buried_or_delayed_job_is_logged_so_a_restart_agrees() {
     log.extend(c);
     // The leases run out: all three are ready, and so they are after a replay.
     e.tick(T0 + 60 * SEC);
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     for change in log {
         r.replay(change);
     }
@@ -1285,7 +1285,7 @@ fn reserve_job_of_a_buried_or_delayed_job_is_logged_so_a_restart_agrees() {
 
 #[test]
 fn unique_keys_are_found_per_queue_and_forgotten_with_the_job() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     let new = |q, key: &'static [u8]| NewJob {
@@ -1319,7 +1319,7 @@ fn unique_keys_are_found_per_queue_and_forgotten_with_the_job() {
 
 #[test]
 fn put_job_with_a_past_ready_time_is_ready() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let job = |ready_at| NewJob {
         queue: q,
@@ -1345,7 +1345,7 @@ fn put_job_with_a_past_ready_time_is_ready() {
 
 #[test]
 fn counts_follow_every_state_and_urgency() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "a");
     let b = pinned(&mut e, "b");
     put(&mut e, a, 1023, 0, 60, T0);
@@ -1374,7 +1374,7 @@ fn counts_follow_every_state_and_urgency() {
 
 #[test]
 fn live_bytes_grow_with_durable_jobs_and_shrink_when_they_go() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     assert_eq!(e.live_bytes(), 0);
     let id = e
@@ -1458,8 +1458,8 @@ fn buried_order(e: &Engine, ids: impl Iterator<Item = JobId>) -> BTreeMap<Vec<u8
 
 /// An engine with jobs in every state in three queues, burials interleaved across queues,
 /// a volatile job, a unique key and some deleted ids (the highest id is deleted too).
-fn busy_engine() -> Engine {
-    let mut e = Engine::new();
+fn busy_engine() -> EngineCore {
+    let mut e = EngineCore::new();
     let a = pinned(&mut e, "alpha");
     let b = pinned(&mut e, "beta");
     let c = pinned(&mut e, "gamma");
@@ -1512,7 +1512,7 @@ fn snapshot_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
     let mut e = busy_engine();
     let snapshot = e.snapshot();
     assert!(snapshot.iter().all(|c| matches!(c, Change::Put { .. })));
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     for change in snapshot {
         r.replay(change);
     }
@@ -1555,7 +1555,7 @@ fn snapshot_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
 #[test]
 fn the_change_log_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
     let mut log: Vec<Change> = Vec::new();
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = pinned(&mut e, "q");
     let r2 = pinned(&mut e, "r");
     for i in 0..6 {
@@ -1572,7 +1572,7 @@ fn the_change_log_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
     assert!(e.kick_job(d, T0));
     take(&mut e, C, &[q, r2], T0); // stays reserved
     log.extend(e.take_changes());
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     for change in log {
         r.replay(change);
     }
@@ -1585,7 +1585,7 @@ fn the_change_log_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
 
 #[test]
 fn replay_ignores_changes_to_unknown_jobs_and_a_repeated_put_replaces_the_job() {
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     r.replay(Change::Delete { id: 5 });
     r.replay(Change::Kick { id: 5 });
     r.replay(Change::Bury { id: 5, pri: 1 });
@@ -1630,7 +1630,7 @@ fn replay_ignores_changes_to_unknown_jobs_and_a_repeated_put_replaces_the_job() 
 fn replayed_jobs_are_handed_to_waiters_only_after_recovery() {
     // replay() never serves anyone (recovery happens before any connection exists), but a
     // recovered ready job is there for the first reserve.
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     r.replay(Change::Put {
         id: 1,
         queue: Bytes::from_static(b"q"),

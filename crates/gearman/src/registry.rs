@@ -86,11 +86,11 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobyard_engine::{Engine, NewJob};
+    use jobyard_engine::{EngineCore, NewJob};
 
     #[test]
     fn entries_of_jobs_ended_elsewhere_are_pruned_as_the_table_grows() {
-        let mut engine = Engine::new();
+        let mut engine = EngineCore::new();
         let q = engine.queue_id_or_create(b"f");
         engine.pin(q);
         let mut reg = Registry::default();

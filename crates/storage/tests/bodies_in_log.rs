@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_engine::{Body, Change, Engine, JobId, LogRef, Millis, QueueId};
+use jobyard_engine::{Body, Change, EngineCore, JobId, LogRef, Millis, QueueId};
 use jobyard_storage::{body_ref, recover_placed, FsyncMode, Log, LogOptions};
 
 const T0: Millis = 1_700_000_000_000;
@@ -33,7 +33,7 @@ fn body_of(id: JobId) -> Vec<u8> {
 
 /// Puts `n` durable jobs, 20 to a write (segments are cut between writes), and waits
 /// until their records are written.
-fn put_jobs(e: &mut Engine, log: &Log, q: QueueId, n: u64) -> Vec<JobId> {
+fn put_jobs(e: &mut EngineCore, log: &Log, q: QueueId, n: u64) -> Vec<JobId> {
     let mut ids = Vec::new();
     for _ in 0..n.div_ceil(20) {
         for _ in 0..20 {
@@ -56,7 +56,7 @@ fn wait_written(log: &Log, lsn: u64) {
 }
 
 /// Hands every place the log reported to the engine (what the broker does at each lock).
-fn learn_places(e: &mut Engine, log: &Log) -> usize {
+fn learn_places(e: &mut EngineCore, log: &Log) -> usize {
     let found = log.take_located();
     for &(id, at) in &found.moved {
         e.body_moved(id, at);
@@ -66,14 +66,14 @@ fn learn_places(e: &mut Engine, log: &Log) -> usize {
     count
 }
 
-fn place(e: &Engine, id: JobId) -> LogRef {
+fn place(e: &EngineCore, id: JobId) -> LogRef {
     match e.job(id).expect("live job").body {
         Body::Log(at) => at,
         Body::Mem(_) => panic!("job {id}'s body is still in memory"),
     }
 }
 
-fn assert_bodies_read_back(e: &Engine, log: &Log, ids: &[JobId]) {
+fn assert_bodies_read_back(e: &EngineCore, log: &Log, ids: &[JobId]) {
     for &id in ids {
         let read = log.read_body(place(e, id)).expect("body reads back");
         assert_eq!(read, body_of(id), "body of job {id}");
@@ -85,7 +85,7 @@ fn written_bodies_leave_memory_and_read_back_exactly() {
     for fsync in [FsyncMode::Never, FsyncMode::Always] {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = open(dir.path(), fsync);
-        let mut e = Engine::new();
+        let mut e = EngineCore::new();
         let q = e.queue_id_or_create(b"q");
         // 4 KiB segments: the bodies spread over several files.
         let ids = put_jobs(&mut e, &log, q, 300);
@@ -100,7 +100,7 @@ fn written_bodies_leave_memory_and_read_back_exactly() {
 fn a_body_too_long_for_a_reference_stays_in_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open(dir.path(), FsyncMode::Never);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let big = Bytes::from(vec![7u8; 70_000]);
     let id = e.put(q, 0, 0, 60, big.clone(), true, T0).id;
@@ -112,7 +112,7 @@ fn a_body_too_long_for_a_reference_stays_in_memory() {
 
 #[test]
 fn a_place_reported_for_another_body_length_is_ignored() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let id = e.put(q, 0, 0, 60, Bytes::from_static(b"abc"), true, T0).id;
     e.body_written(id, LogRef::new(16, 4).expect("fits"));
@@ -126,7 +126,7 @@ fn a_place_reported_for_another_body_length_is_ignored() {
 fn an_unlinked_segment_stays_readable_through_its_open_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open(dir.path(), FsyncMode::Never);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let ids = put_jobs(&mut e, &log, q, 50);
     learn_places(&mut e, &log);
@@ -151,7 +151,7 @@ fn a_place_in_no_known_file_is_an_error_not_a_wrong_body() {
 fn compaction_moves_bodies_into_the_snapshot_and_the_engine_learns_where() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open(dir.path(), FsyncMode::Never);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let ids = put_jobs(&mut e, &log, q, 200);
     learn_places(&mut e, &log);
@@ -178,13 +178,13 @@ fn compaction_moves_bodies_into_the_snapshot_and_the_engine_learns_where() {
 fn after_a_restart_bodies_are_read_where_recovery_found_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open(dir.path(), FsyncMode::Never);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let ids = put_jobs(&mut e, &log, q, 100);
     log.close();
     drop(log);
 
-    let mut r = Engine::new();
+    let mut r = EngineCore::new();
     // As the broker does: each job is rebuilt holding only its body's place.
     let report = recover_placed(dir.path(), false, |change, place| {
         let at = match (&change, place) {
@@ -214,7 +214,7 @@ fn after_a_restart_bodies_are_read_where_recovery_found_them() {
 }
 
 /// Reads every body back in id order (a drain), returning the `pread`s it took.
-fn drain_reads(e: &Engine, log: &Log, ids: &[JobId]) -> u64 {
+fn drain_reads(e: &EngineCore, log: &Log, ids: &[JobId]) -> u64 {
     let (_, before) = log.body_read_stats();
     assert_bodies_read_back(e, log, ids);
     log.body_read_stats().1 - before
@@ -225,7 +225,7 @@ fn a_backlog_handed_out_in_order_is_read_a_window_at_a_time() {
     for fsync in [FsyncMode::Never, FsyncMode::Always] {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = open_with_segments(dir.path(), fsync, 1 << 20);
-        let mut e = Engine::new();
+        let mut e = EngineCore::new();
         let q = e.queue_id_or_create(b"q");
         let ids = put_jobs(&mut e, &log, q, 2000);
         learn_places(&mut e, &log);
@@ -244,7 +244,7 @@ fn a_backlog_handed_out_in_order_is_read_a_window_at_a_time() {
 fn a_window_read_before_compaction_never_serves_the_moved_bodies_old_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_with_segments(dir.path(), FsyncMode::Never, 64 << 10);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let ids = put_jobs(&mut e, &log, q, 1000);
     learn_places(&mut e, &log);
@@ -262,7 +262,7 @@ fn a_window_read_before_compaction_never_serves_the_moved_bodies_old_file() {
     assert!(preads <= 10, "{preads} reads after compaction");
 }
 
-fn kept_in_memory(e: &Engine, ids: &[JobId]) -> Vec<bool> {
+fn kept_in_memory(e: &EngineCore, ids: &[JobId]) -> Vec<bool> {
     ids.iter()
         .map(|&id| e.job(id).expect("live").body.in_memory().is_some())
         .collect()
@@ -272,7 +272,7 @@ fn kept_in_memory(e: &Engine, ids: &[JobId]) -> Vec<bool> {
 fn written_bodies_stay_in_memory_within_the_budget_and_then_read_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_with_segments(dir.path(), FsyncMode::Never, 1 << 20);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     // About 40 of these bodies (16 to 112 bytes, and 32 bytes of bookkeeping each).
     e.set_hot_body_budget(4096);
     let q = e.queue_id_or_create(b"q");
@@ -340,7 +340,7 @@ fn written_bodies_stay_in_memory_within_the_budget_and_then_read_back() {
 
 #[test]
 fn a_hot_body_moved_by_compaction_keeps_its_new_place_when_it_leaves_the_budget() {
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     e.set_hot_body_budget(1000);
     let q = e.queue_id_or_create(b"q");
     let id = e.put(q, 0, 0, 60, Bytes::from_static(b"abc"), true, T0).id;
@@ -367,7 +367,7 @@ fn a_hot_body_moved_by_compaction_keeps_its_new_place_when_it_leaves_the_budget(
 /// time, bodies only in the log read back outside the engine lock; returns once the
 /// snapshot is written. The cut is taken by the writer's next batch: the delete's record
 /// starts the new segment.
-fn compact_deleting(e: &mut Engine, log: &Log, first: JobId) {
+fn compact_deleting(e: &mut EngineCore, log: &Log, first: JobId) {
     let feed = log.begin_snapshot(e.next_id()).expect("snapshot starts");
     assert!(e.delete(0, first));
     let lsn = log.append(e.take_changes());
@@ -393,7 +393,7 @@ fn compact_deleting(e: &mut Engine, log: &Log, first: JobId) {
 fn two_lists_of_places_go_round_between_the_writer_and_the_engine() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_with_segments(dir.path(), FsyncMode::Never, 1 << 20);
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let q = e.queue_id_or_create(b"q");
     let mut lists = Vec::new();
     for _ in 0..4 {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_engine::{Change, Engine, JobId, PutState};
+use jobyard_engine::{Change, EngineCore, JobId, PutState};
 use jobyard_storage::{recover, FsyncMode, Log, LogOptions, Lsn, RecoveryError, RecoveryReport};
 
 fn segment(dir: &Path, seq: u64) -> PathBuf {
@@ -62,8 +62,11 @@ fn write_jobs(dir: &Path, first_segment: u64, ids: std::ops::RangeInclusive<JobI
     newest
 }
 
-fn recover_engine(dir: &Path, salvage: bool) -> Result<(Engine, RecoveryReport), RecoveryError> {
-    let mut engine = Engine::new();
+fn recover_engine(
+    dir: &Path,
+    salvage: bool,
+) -> Result<(EngineCore, RecoveryReport), RecoveryError> {
+    let mut engine = EngineCore::new();
     let report = recover(dir, salvage, |c| engine.replay(c))?;
     Ok((engine, report))
 }
@@ -100,7 +103,7 @@ fn a_removed_middle_segment_stops_start_up_and_salvage_starts_with_the_rest() {
 fn a_removed_snapshot_stops_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), 1, small_segments(), Box::new(|_| {})).unwrap();
-    let mut engine = Engine::new();
+    let mut engine = EngineCore::new();
     for id in 1..=30 {
         engine.replay(put(id));
         wait(&log, log.append(std::iter::once(put(id))));

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_engine::{Change, Engine, JobState, PutState};
+use jobyard_engine::{Change, EngineCore, JobState, PutState};
 use jobyard_storage::{recover, FsyncMode, Log, LogOptions};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/log-v1");
@@ -29,7 +29,7 @@ fn copy_fixture(to: &Path) -> Vec<u64> {
         .collect()
 }
 
-fn live_ids(e: &Engine) -> Vec<u64> {
+fn live_ids(e: &EngineCore) -> Vec<u64> {
     (0..200).filter(|&id| e.job(id).is_some()).collect()
 }
 
@@ -37,7 +37,7 @@ fn live_ids(e: &Engine) -> Vec<u64> {
 fn a_log_written_by_the_previous_version_opens_and_continues() {
     let dir = tempfile::tempdir().unwrap();
     let expected = copy_fixture(dir.path());
-    let mut engine = Engine::new();
+    let mut engine = EngineCore::new();
     let report = recover(dir.path(), false, |c| engine.replay(c)).expect("old log opens");
     assert_eq!(live_ids(&engine), expected);
     assert_eq!(engine.job(21).unwrap().state, JobState::Buried);
@@ -71,7 +71,7 @@ fn a_log_written_by_the_previous_version_opens_and_continues() {
         std::thread::sleep(Duration::from_millis(1));
     }
     log.close();
-    let mut again = Engine::new();
+    let mut again = EngineCore::new();
     recover(dir.path(), false, |c| again.replay(c)).expect("mixed log opens");
     let mut want = expected.clone();
     want.push(100);

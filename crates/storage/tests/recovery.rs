@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobyard_engine::{Engine, JobId, JobState, Lease, Millis, QueueId};
+use jobyard_engine::{EngineCore, JobId, JobState, Lease, Millis, QueueId};
 use jobyard_storage::{
     disk_bytes, encode_change, recover, Change, DirLock, FsyncMode, Log, LogOptions, Lsn,
     RecoveryError, RecoveryReport,
@@ -62,14 +62,17 @@ fn wait_snapshot(log: &Log) {
 }
 
 /// Rebuilds an engine from `dir` as the server does at start-up.
-fn recover_engine(dir: &Path, salvage: bool) -> Result<(Engine, RecoveryReport), RecoveryError> {
-    let mut engine = Engine::new();
+fn recover_engine(
+    dir: &Path,
+    salvage: bool,
+) -> Result<(EngineCore, RecoveryReport), RecoveryError> {
+    let mut engine = EngineCore::new();
     let report = recover(dir, salvage, |change| engine.replay(change))?;
     engine.raise_next_id(report.next_id);
     Ok((engine, report))
 }
 
-fn recover_ok(dir: &Path) -> (Engine, RecoveryReport) {
+fn recover_ok(dir: &Path) -> (EngineCore, RecoveryReport) {
     match recover_engine(dir, false) {
         Ok(r) => r,
         Err(e) => panic!("recovery failed: {e}"),
@@ -77,17 +80,17 @@ fn recover_ok(dir: &Path) -> (Engine, RecoveryReport) {
 }
 
 /// Sends the engine's pending changes to the log, as a transaction commit does.
-fn commit(engine: &mut Engine, log: &Log) -> Lsn {
+fn commit(engine: &mut EngineCore, log: &Log) -> Lsn {
     log.append(engine.take_changes())
 }
 
-fn q(engine: &mut Engine, name: &str) -> QueueId {
+fn q(engine: &mut EngineCore, name: &str) -> QueueId {
     let q = engine.queue_id_or_create(name.as_bytes());
     engine.pin(q);
     q
 }
 
-fn put(engine: &mut Engine, queue: QueueId, pri: u32, delay: u32, body: &str) -> JobId {
+fn put(engine: &mut EngineCore, queue: QueueId, pri: u32, delay: u32, body: &str) -> JobId {
     engine
         .put(
             queue,
@@ -112,7 +115,7 @@ struct View {
     buried: BTreeMap<Vec<u8>, Vec<JobId>>,
 }
 
-fn view(e: &Engine, max_id: JobId) -> View {
+fn view(e: &EngineCore, max_id: JobId) -> View {
     let mut jobs = BTreeMap::new();
     let mut buried: BTreeMap<Vec<u8>, Vec<(u64, JobId)>> = BTreeMap::new();
     for j in (0..=max_id)
@@ -155,10 +158,10 @@ fn view(e: &Engine, max_id: JobId) -> View {
 
 /// An engine that did a bit of everything, with every change committed to `log` one
 /// operation at a time. Returns the engine and the changes in log order.
-fn busy(log: &Log) -> (Engine, Vec<Change>) {
-    let mut e = Engine::new();
+fn busy(log: &Log) -> (EngineCore, Vec<Change>) {
+    let mut e = EngineCore::new();
     let mut all = Vec::new();
-    let mut step = |e: &mut Engine| {
+    let mut step = |e: &mut EngineCore| {
         let changes: Vec<Change> = e.take_changes().collect();
         all.extend(changes.iter().cloned());
         log.append(changes.into_iter());
@@ -253,7 +256,7 @@ fn write_segment(dir: &Path, seq: u64, changes: &[Change]) {
     log.close();
 }
 
-fn ids_of(e: &Engine, max: JobId) -> Vec<JobId> {
+fn ids_of(e: &EngineCore, max: JobId) -> Vec<JobId> {
     (0..=max).filter(|&id| e.job(id).is_some()).collect()
 }
 
@@ -301,7 +304,7 @@ fn what_was_appended_and_closed_recovers_to_the_same_state() {
 #[test]
 fn each_restart_starts_a_new_segment_and_sees_everything_before() {
     let dir = tempfile::tempdir().unwrap();
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     let mut next_segment = 1;
     for round in 0..3 {
@@ -329,7 +332,7 @@ fn each_restart_starts_a_new_segment_and_sees_everything_before() {
 fn a_delay_that_ran_out_while_down_is_ready_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, LogOptions::default());
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     let id = put(&mut e, queue, 1, 5, "later");
     commit(&mut e, &log);
@@ -354,7 +357,7 @@ fn small_segments_roll_over_and_recover_in_order() {
             bodies_in_log: false,
         },
     );
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     for i in 0..40 {
         let id = put(
@@ -916,7 +919,7 @@ fn a_snapshot_replaces_older_segments_and_recovers_the_same_state() {
 fn ids_continue_after_a_snapshot_even_when_every_job_was_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, LogOptions::default());
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     for _ in 0..7 {
         let id = put(&mut e, queue, 1, 0, "short-lived");
@@ -939,7 +942,7 @@ fn ids_continue_after_a_snapshot_even_when_every_job_was_deleted() {
 fn a_second_snapshot_replaces_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, LogOptions::default());
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     for round in 0..3 {
         put(&mut e, queue, round, 0, "j");
@@ -984,7 +987,7 @@ fn segments_and_snapshots_older_than_the_newest_snapshot_are_removed_at_recovery
     // deleted leaves them behind. They must be neither replayed nor kept.
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, LogOptions::default());
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     let gone = put(&mut e, queue, 1, 0, "deleted before the snapshot");
     let kept = put(&mut e, queue, 1, 0, "kept");
@@ -1017,7 +1020,7 @@ fn segments_and_snapshots_older_than_the_newest_snapshot_are_removed_at_recovery
 fn a_damaged_snapshot_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, LogOptions::default());
-    let mut e = Engine::new();
+    let mut e = EngineCore::new();
     let queue = q(&mut e, "q");
     for i in 0..5 {
         put(&mut e, queue, i, 0, "in the snapshot");
@@ -1221,7 +1224,7 @@ impl Rng {
 
 /// One random durable operation: put (sometimes delayed), delete, reserve, release (with
 /// or without delay), bury, kick a queue or one job.
-fn random_op(e: &mut Engine, rng: &mut Rng, queues: &[QueueId], n: u64) {
+fn random_op(e: &mut EngineCore, rng: &mut Rng, queues: &[QueueId], n: u64) {
     const CONN: u64 = 7;
     let id = 1 + rng.below(e.next_id().max(2) - 1);
     let queue = queues[rng.below(queues.len() as u64) as usize];
@@ -1263,7 +1266,7 @@ fn a_snapshot_copied_in_chunks_while_jobs_change_recovers_the_final_state() {
     for seed in 1..=40u64 {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), 1, options(FsyncMode::Never));
-        let mut e = Engine::new();
+        let mut e = EngineCore::new();
         let queues = [q(&mut e, "a"), q(&mut e, "b"), q(&mut e, "c")];
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         for n in 0..300 {
@@ -1330,7 +1333,7 @@ fn an_abandoned_snapshot_leaves_the_log_whole() {
 fn never_mode_writes_a_record_nobody_waits_for_after_an_idle_spell() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1, options(FsyncMode::Never));
-    let mut engine = Engine::new();
+    let mut engine = EngineCore::new();
     let tube = q(&mut engine, "idle");
     let first = put(&mut engine, tube, 1, 0, "before");
     wait_durable(&log, commit(&mut engine, &log));
