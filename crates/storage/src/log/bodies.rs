@@ -26,7 +26,7 @@ impl Log {
 
     /// Returns the `written` list of a [`Located`] the engine has finished with, so the
     /// writer's next places go into memory already allocated (see
-    /// [`BodyFiles::give_back`]).
+    /// `BodyFiles::give_back`).
     pub fn give_back_located(&self, written: Vec<(JobId, LogRef)>) {
         if let Some(bodies) = self.shared.backend.bodies() {
             bodies.give_back(written);

@@ -35,7 +35,7 @@ pub(crate) use space::{is_no_space, NO_ROOM_MESSAGE};
 use state::{Pending, Shared, WriterState};
 
 /// How long [`Log::close`] keeps retrying a write that fails before it stops anyway.
-pub const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
+pub(crate) const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
 
 /// The append side of the log, shared by every connection.
 pub struct Log {
@@ -185,8 +185,8 @@ impl Log {
     /// Writes and syncs everything appended, then stops the writer. Later appends are
     /// never written, so call it only once nothing else will be acknowledged.
     ///
-    /// If the log cannot be written (disk full, I/O error), it keeps trying for
-    /// [`CLOSE_GIVE_UP`] and then stops anyway: what was not written was never
+    /// If the log cannot be written (disk full, I/O error), it keeps trying for 3 s
+    /// (`CLOSE_GIVE_UP`) and then stops anyway: what was not written was never
     /// acknowledged, and what was acknowledged is already on disk.
     pub fn close(&self) {
         let thread = self.thread.lock().expect("log thread lock").take();
