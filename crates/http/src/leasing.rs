@@ -320,6 +320,7 @@ pub(crate) async fn let_handed_lease_answer_first(handed_off: bool) {
     }
 }
 
+/// The reply once the hand-out (or what `first` did) is durable.
 async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> LeaseOutcome {
     api.broker.wait_durable(lsn).await;
     LeaseOutcome::Answered(match job {
@@ -328,6 +329,7 @@ async fn answer(api: &Api, worker: &Worker, (job, lsn): Handed) -> LeaseOutcome 
     })
 }
 
+/// The reply when no job came.
 fn no_job(worker: &Worker) -> Value {
     serde_json::json!({ "worker": worker.id(), "job": null })
 }

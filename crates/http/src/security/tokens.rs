@@ -152,5 +152,9 @@ mod tests {
         // A token may contain a colon; only `read:`/`admin:` prefixes name a role.
         t.add_list("weird:token-0123456789").unwrap();
         assert_eq!(t.role_of(b"weird:token-0123456789"), Some(Role::Admin));
+        // Only the whole token: a prefix or a longer credential is nobody's.
+        assert_eq!(t.role_of(b"weird:token-012345678"), None);
+        assert_eq!(t.role_of(b"weird:token-01234567890"), None);
+        assert_eq!(t.role_of(b""), None);
     }
 }
