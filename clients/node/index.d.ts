@@ -36,9 +36,26 @@ export interface FlowDefinition {
   stages: StageDefinition[];
 }
 
-export interface QueuesClientOptions {
-  /** Base URL of jobyard's HTTP listener, e.g. "http://127.0.0.1:8080" (Guild: redisClientOptions). */
-  url: string;
+/** PEM text of the CA(s) to trust for https: URLs, as node:tls takes it. */
+export type CaPem = string | Buffer | Array<string | Buffer>;
+
+/** Where the server is and what it takes to be let in; each defaults to an environment
+ * variable, as `jobyard ctl` reads them. */
+export interface ConnectionOptions {
+  /** Base URL of jobyard's HTTP listener, e.g. "http://127.0.0.1:8080" or
+   * "https://jobs.internal:8080" (Guild: redisClientOptions). Default: JOBYARD_URL, else
+   * "http://127.0.0.1:8080". */
+  url?: string;
+  /** Sent as `authorization: Bearer <token>` on every request: a read token may look, an
+   * admin token may also create jobs, declare flows and run workers. Default:
+   * JOBYARD_TOKEN; "" sends none. */
+  token?: string;
+  /** The CA that signed an https: server's certificate, trusted instead of Node's built-in
+   * roots. Default: the PEM file JOBYARD_CA_CERT names. */
+  ca?: CaPem;
+}
+
+export interface QueuesClientOptions extends ConnectionOptions {
   logger?: ILogger;
   correlator?: ICorrelator;
   /** Your own flows, declared on connect. */
@@ -71,13 +88,15 @@ export class Worker {
 export class ParentWorker extends Worker {}
 
 export class QueuesClient {
-  constructor(options: QueuesClientOptions);
+  constructor(options?: QueuesClientOptions);
   workers: Worker[];
   connect(): Promise<void>;
   disconnect(): Promise<void>;
   declareFlow(definition: FlowDefinition): Promise<{ name: string; replaced: boolean }>;
   createJob(flowName: string, options: { priority?: number; idempotencyKey?: string; [field: string]: any }): Promise<string>;
   deleteJob(flowName: string, jobId: string): Promise<number[]>;
+  /** Unresolved, a parent's `children:<stage>:jobs` lists its children's keys `job:<child id>`
+   * (Guild's hash keys: strip `job:` to pass them to getJobs); resolved, the child jobs. */
   getJobs(jobIds: string[], resolveChildren?: boolean, keysToGet?: string[]): Promise<Record<string, any>[]>;
   getJobsByKey(flowName: string, keyName: string, value: string | number, resolveChildren?: boolean, keysToGet?: string[]): Promise<Record<string, any>[]>;
   createWorkers(flowName: string, queueName: string, workerFunction: WorkerFunction, count: number, lockTimeSec?: number, blockTimeoutSec?: number): Worker[];
@@ -98,7 +117,7 @@ export class JobyardError extends Error {
 
 export interface JobPosition { queueName: string; position: number; state: "waiting" | "processing" | "delayed"; readyTimestamp?: number }
 export class FlowMonitor {
-  constructor(options: { url: string; logger?: ILogger; dogStatsD?: { gauge(name: string, value: number): void }; intervalMs?: number; transport?: "lean" | "node" });
+  constructor(options?: ConnectionOptions & { logger?: ILogger; dogStatsD?: { gauge(name: string, value: number): void }; intervalMs?: number; transport?: "lean" | "node" });
   jobsInQueues: { queueName: string; priorities: Record<string, { waiting: string[]; processing: string[]; delayed: { jobId: string; readyTimestamp: number }[] }> }[];
   jobIdToPositionMap: Map<string, JobPosition>;
   lockMissingQueueNameJobIdPairsSet: Set<string>;
@@ -106,7 +125,7 @@ export class FlowMonitor {
   stop(): Promise<void>;
 }
 
-export interface FlowOptions { url: string; logger?: ILogger; correlator?: ICorrelator; transport?: "lean" | "node" }
+export interface FlowOptions extends ConnectionOptions { logger?: ILogger; correlator?: ICorrelator; transport?: "lean" | "node" }
 export class Flow {
   readonly name: string;
   readonly workers: Worker[];
@@ -119,8 +138,8 @@ export class Flow {
   startAll(): Promise<void>;
   stopAll(): Promise<void>;
 }
-export function createAccessFlow(options: FlowOptions): Flow;
-export function createStatusUpdateFlow(options: FlowOptions): Flow;
+export function createAccessFlow(options?: FlowOptions): Flow;
+export function createStatusUpdateFlow(options?: FlowOptions): Flow;
 
 export interface QueueOptions {
   queueName: string;

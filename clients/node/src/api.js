@@ -6,18 +6,25 @@
 // with a keep-alive agent of this client's own. Either is far cheaper per request than
 // fetch for small JSON on a kept connection (docs/benchmarks.md, "Flows"), and a
 // worker's requests are nearly all such.
+//
+// A token goes out as `authorization: Bearer <token>` on every request of either
+// transport; a CA (PEM) is what node:https then trusts instead of Node's built-in roots.
 
 import http from "node:http";
 import https from "node:https";
 
 import { JobyardError } from "./errors.js";
+import { resolveConnection } from "./settings.js";
 import { HttpTransport } from "./transport.js";
 
 /** Talks to one jobyard HTTP listener (`url` like "http://127.0.0.1:8080").
+ * `token` and `ca` are sent and trusted as above; `url`, `token` and `ca` default to
+ * JOBYARD_URL, JOBYARD_TOKEN and JOBYARD_CA_CERT (settings.js).
  * `transport: "node"` sends plain http: through node:http too (for a proxy or a test
  * that needs node:http's behaviour). */
 export class Api {
-  constructor(url, { transport } = {}) {
+  constructor(url, { transport, token, ca } = {}) {
+    ({ url, token, ca } = resolveConnection({ url, token, ca }));
     if (typeof url !== "string" || !/^https?:\/\/[^/]+/.test(url)) {
       throw new TypeError(`jobyard url must be like "http://127.0.0.1:8080", got ${url}`);
     }
@@ -30,14 +37,16 @@ export class Api {
     if (transport !== undefined && transport !== "node" && transport !== "lean") {
       throw new TypeError(`jobyard transport must be "lean" or "node", got ${transport}`);
     }
+    this.authorization = token === undefined ? undefined : `Bearer ${token}`;
     this.lean = parsed.protocol === "http:" && transport !== "node"
-      ? new HttpTransport(this.hostname, this.port, parsed.host)
+      ? new HttpTransport(this.hostname, this.port, parsed.host, { authorization: this.authorization })
       : null;
     // Through node:http(s), connections are kept and reused; an idle one is closed by us
     // after a while rather than left for the server or a proxy to cut under a request.
+    const tls = parsed.protocol === "https:" && ca !== undefined ? { ca } : {};
     this.agent = this.lean
       ? null
-      : new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo" });
+      : new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo", ...tls });
   }
 
   /** Sends `body` as JSON; resolves to the reply's JSON or rejects with JobyardError. */
@@ -49,6 +58,7 @@ export class Api {
     const headers = payload === undefined
       ? {}
       : { "content-type": "application/json", "content-length": Buffer.byteLength(payload) };
+    if (this.authorization) headers.authorization = this.authorization;
     return new Promise((resolve, reject) => {
       const request = this.transport.request(
         { hostname: this.hostname, port: this.port, method, path: this.prefix + path, headers, agent: this.agent, signal },
@@ -66,7 +76,7 @@ export class Api {
           });
         },
       );
-      request.on("error", reject);
+      request.on("error", (e) => reject(withTlsHint(e, this.base)));
       request.end(payload);
     });
   }
@@ -104,6 +114,19 @@ function reply(status, text) {
     throw new JobyardError(status, error.code ?? "unknown", error.message ?? text);
   }
   return json;
+}
+
+/** Node's codes for a server certificate it does not trust (node:tls, OpenSSL's names). */
+const UNTRUSTED_CERTIFICATE = /CERT|SELF_SIGNED|UNABLE_TO_(VERIFY|GET_ISSUER)/;
+
+/** `e`, its message saying what to check when TLS did not trust the server: node's own
+ * ("unable to verify the first certificate") names neither the server nor the remedy. */
+function withTlsHint(e, base) {
+  if (typeof e?.code === "string" && UNTRUSTED_CERTIFICATE.test(e.code)) {
+    e.message = `TLS: ${base} presented a certificate not trusted here (${e.message}); `
+      + "give `ca` (or JOBYARD_CA_CERT) the CA that signed it";
+  }
+  return e;
 }
 
 /** A path segment with everything but unreserved characters percent-encoded. */

@@ -1,20 +1,11 @@
 // Guild's QueuesClient on jobyard. The one change for a user is the connection option:
-// `redisClientOptions` becomes `url`, the base URL of jobyard's HTTP listener.
+// `redisClientOptions` becomes `url`, the base URL of jobyard's HTTP listener (with
+// `token` and `ca` for a secured one).
 
 import { Api, seg } from "./api.js";
 import { Worker, ParentWorker } from "./worker.js";
 import { presets } from "./presets.js";
-
-/** Turns the server's job object into Guild's shape: the job state's fields plus `id`,
- * with resolved children turned the same way. */
-export function toGuildJob(job) {
-  const out = { id: job.id };
-  for (const [key, value] of Object.entries(job.fields ?? {})) {
-    const resolved = key.startsWith("children:") && key.endsWith(":jobs") && Array.isArray(value);
-    out[key] = resolved ? value.map((c) => (c && typeof c === "object" && "fields" in c ? toGuildJob(c) : c)) : value;
-  }
-  return out;
-}
+import { toGuildJob } from "./shape.js";
 
 /** The query string of a read: children resolved, fields projected. */
 function readQuery(resolveChildren, keysToGet) {
@@ -26,14 +17,17 @@ function readQuery(resolveChildren, keysToGet) {
 
 export class QueuesClient {
   /**
-   * @param {{url: string, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean, transport?: "lean" | "node"}} options
+   * @param {{url?: string, token?: string, ca?: string | Buffer | Array<string | Buffer>, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean, transport?: "lean" | "node"}} options
+   *   `url`, `token`, `ca`: the server, the token sent as `authorization: Bearer`, the CA
+   *   (PEM) trusted for https:; each defaults to JOBYARD_URL (else
+   *   http://127.0.0.1:8080), JOBYARD_TOKEN, JOBYARD_CA_CERT (a PEM file).
    *   `flows`: definitions of your own flows, declared on connect. Guild's four built-in
    *   flows are declared on connect unless the server already has a flow of that name
    *   (or `declarePresets: false`). `transport: "node"` sends plain http: through
    *   node:http instead of the package's own transport (api.js).
    */
-  constructor({ url, logger, correlator, flows = [], declarePresets = true, transport }) {
-    this.api = new Api(url, { transport });
+  constructor({ url, token, ca, logger, correlator, flows = [], declarePresets = true, transport } = {}) {
+    this.api = new Api(url, { transport, token, ca });
     this.logger = logger;
     this.correlator = correlator;
     this.flows = flows;

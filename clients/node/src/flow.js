@@ -5,9 +5,10 @@
 import { QueuesClient } from "./client.js";
 
 export class Flow {
-  constructor(name, { url, logger, correlator, transport }) {
+  /** `options`: `url`, `token`, `ca`, `logger`, `correlator`, `transport`, as QueuesClient's. */
+  constructor(name, { url, token, ca, logger, correlator, transport } = {}) {
     this.name = name;
-    this.client = new QueuesClient({ url, logger, correlator, transport });
+    this.client = new QueuesClient({ url, token, ca, logger, correlator, transport });
   }
 
   get workers() {

@@ -48,12 +48,16 @@ export class TransportError extends Error {
   }
 }
 
-/** Requests to one host and port, on connections kept and reused (most recent first). */
+/** Requests to one host and port, on connections kept and reused (most recent first).
+ * `authorization` (e.g. "Bearer <token>") is sent with every request. */
 export class HttpTransport {
-  constructor(hostname, port, hostHeader, { connectTimeoutMs = CONNECT_TIMEOUT_MS } = {}) {
+  constructor(hostname, port, hostHeader, { connectTimeoutMs = CONNECT_TIMEOUT_MS, authorization } = {}) {
     this.hostname = hostname;
     this.port = port;
     this.hostHeader = hostHeader;
+    // The head's fixed lines, built once: every request carries them.
+    this.fixedHeaders = `host: ${hostHeader}\r\naccept: application/json\r\n`
+      + (authorization === undefined ? "" : `authorization: ${authorization}\r\n`);
     this.connectTimeoutMs = connectTimeoutMs;
     this.idle = [];
     this.closed = false;
@@ -64,7 +68,7 @@ export class HttpTransport {
   request(method, path, payload, signal) {
     if (this.closed) return Promise.reject(new TransportError("ERR_CLOSED", "the client was closed"));
     if (signal?.aborted) return Promise.reject(abortError());
-    let head = `${method} ${path} HTTP/1.1\r\nhost: ${this.hostHeader}\r\naccept: application/json\r\n`;
+    let head = `${method} ${path} HTTP/1.1\r\n${this.fixedHeaders}`;
     if (payload !== undefined) {
       head += `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n`;
     } else if (method !== "GET" && method !== "HEAD") {

@@ -10,6 +10,7 @@ import { DelayError } from "./errors.js";
 import { seg } from "./api.js";
 import { uuidv7 } from "./uuid.js";
 import { withCorrelation } from "./correlate.js";
+import { toGuildInput } from "./shape.js";
 
 const DEFAULT_LOCK_TIME_SEC = 180;
 const DEFAULT_BLOCK_TIMEOUT_SEC = 3;
@@ -119,7 +120,7 @@ export class Worker {
    * answered at once): a busy worker leases and reports in one request per job. Resolves
    * to that next job, or null. */
   async execute(job) {
-    const input = job.input;
+    const input = toGuildInput(job.input);
     const log = { workerId: this.id, jobId: job.id, queueName: this.queue.queueName };
     const token = { worker: this.session, token: job.token };
     let outcome;

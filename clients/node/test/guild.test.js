@@ -103,6 +103,51 @@ test("access: fan-out to child workers, joined by the server, with children reso
   assert.deepEqual(Object.keys(projected[0]).sort(), ["id", "userId"]);
 });
 
+test("unresolved children are Guild's job:<id> keys, which Guild code strips for getJobs", async () => {
+  const client = new QueuesClient({
+    url: server.url, declarePresets: false,
+    flows: [{
+      name: "fanned", lookupAttributes: ["batch"],
+      stages: [
+        { name: "fan-out", next: "fan-in", attributesToGet: ["batch"] },
+        { name: "fan-in", next: "fan-read", children: [{ name: "part", attributesToGet: ["n"] }] },
+        { name: "fan-read", attributesToGet: ["children:fan-in:jobs"] },
+      ],
+    }],
+  });
+  client.createWorkers("fanned", "fan-out", async () => ({
+    nextQueue: "fan-in",
+    "children:fan-in:params": [{ childName: "part", n: 1 }, { childName: "part", n: 2 }],
+  }), 1, 10, 0.2);
+  client.createParentWorkers("fanned", "fan-in", 1);
+  client.createChildWorkers("fanned", "fan-in", "part", async (input) => ({ done: true, doubled: input.n * 2 }), 1, 10, 0.2);
+  // A Guild stage after the join reads its children the way Guild code does.
+  let readByWorker;
+  client.createWorkers("fanned", "fan-read", async (input) => {
+    const keys = input["children:fan-in:jobs"];
+    readByWorker = { keys, children: await client.getJobs(keys.map((k) => k.replace(/^job:/, ""))) };
+    return { done: true };
+  }, 1, 10, 0.2);
+  await client.startAll();
+  const id = await client.createJob("fanned", { batch: "b-1" });
+  await eventually(async () => (await job(client, id))?.done === true, "the fanned flow to finish");
+  await client.stopAll();
+
+  const [parent] = await client.getJobsByKey("fanned", "batch", "b-1", false);
+  const keys = parent["children:fan-in:jobs"];
+  assert.equal(keys.length, 2);
+  for (const key of keys) assert.match(key, /^job:fan-in:part:[0-9a-f-]{36}$/);
+  assert.deepEqual((await job(client, id))["children:fan-in:jobs"], keys, "getJobs shows the same keys");
+  const children = await client.getJobs(keys.map((k) => k.replace(/^job:/, "")));
+  assert.deepEqual(children.map((c) => c.id), keys.map((k) => k.slice("job:".length)));
+  assert.deepEqual(children.map((c) => c.doubled).sort(), [2, 4]);
+  assert.deepEqual(readByWorker.keys, keys, "a worker's input carries the same keys");
+  assert.deepEqual(readByWorker.children.map((c) => c.doubled).sort(), [2, 4]);
+  // Resolved, the children are the jobs themselves, as in Guild.
+  const [resolved] = await client.getJobsByKey("fanned", "batch", "b-1", true);
+  assert.deepEqual(resolved["children:fan-in:jobs"].map((c) => c.id).sort(), children.map((c) => c.id).sort());
+});
+
 test("thrown errors are retried, then recorded as failed", async () => {
   const client = new QueuesClient({
     url: server.url, declarePresets: false,

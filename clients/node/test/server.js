@@ -2,6 +2,7 @@
 // with only its HTTP listener, on a free port and a fresh data directory.
 
 import { spawn } from "node:child_process";
+import https from "node:https";
 import { mkdtempSync, rmSync, openSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -24,8 +25,21 @@ function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** A running server: `url`, `stop()` (and `kill9()` + `start()` for crash tests). */
-export async function startServer() {
+/** Whether the listener answers `/metrics` (open even with tokens); `ca` for https:. */
+function answers(url, ca) {
+  if (!url.startsWith("https:")) return fetch(`${url}/metrics`).then((r) => r.ok);
+  return new Promise((ok, fail) => {
+    https.get(`${url}/metrics`, { ca, agent: false }, (r) => {
+      r.resume();
+      ok(r.statusCode === 200);
+    }).on("error", fail);
+  });
+}
+
+/** A running server: `url`, `stop()` (and `kill9()` + `start()` for crash tests).
+ * `args` are more `serve` flags; with `tls: { ca }` (the CA of `--http-tls-cert`) the URL is
+ * https:. */
+export async function startServer({ args = [], tls } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "jobyard-node-"));
   const server = { dir, url: undefined, child: undefined };
   server.start = async () => {
@@ -35,15 +49,15 @@ export async function startServer() {
     server.child = spawn(
       binary,
       ["serve", "--data-dir", join(dir, "data"), "--fsync", "always", "--beanstalk-listen", "off",
-        "--gearman-listen", "off", "--http-listen", `127.0.0.1:${port}`],
+        "--gearman-listen", "off", "--http-listen", `127.0.0.1:${port}`, ...args],
       { env: { ...env, JOBYARD_LOG: "info" }, stdio: ["ignore", log, log] },
     );
-    server.url = `http://127.0.0.1:${port}`;
+    server.url = `${tls ? "https" : "http"}://127.0.0.1:${port}`;
     const deadline = Date.now() + 60000;
     while (Date.now() < deadline) {
       if (server.child.exitCode !== null) throw new Error(`jobyard exited ${server.child.exitCode}; see ${dir}/server.log`);
       try {
-        if ((await fetch(`${server.url}/v1/health`)).ok) return server;
+        if (await answers(server.url, tls?.ca)) return server;
       } catch {}
       await sleep(20);
     }
