@@ -38,40 +38,7 @@ pub(crate) fn write_batch<B: LogBackend>(
     let data = std::mem::take(&mut w.spare);
     shared.stats.wrote(data.len());
     let mut snapshot = snapshot;
-    let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
-    let mut bodies = std::mem::take(&mut w.spare_bodies);
-    let mut found = std::mem::take(&mut w.spare_found);
-    let mut written = write_data(shared, w, &data[..at], &mut snapshot);
-    if let Ok(start) = written {
-        locate(shared, &bodies, 0..at, start, 0, &mut found);
-    }
-    if written.is_ok() {
-        if let Some(req) = snapshot.take() {
-            match shared.backend.rotate(&mut w.store) {
-                Ok(seq) => {
-                    shared.current_segment.store(seq, Ordering::Relaxed);
-                    spawn_snapshot(shared, seq, req);
-                }
-                Err(e) => {
-                    note_space(shared, w, Some(&e));
-                    abandon_snapshot(shared, req);
-                }
-            }
-        }
-        written = write_data(shared, w, &data[at..], &mut None);
-        if let Ok(start) = written {
-            locate(shared, &bodies, at..data.len(), start, at, &mut found);
-        }
-    }
-    if let Some(b) = shared.backend.bodies() {
-        b.publish(&mut found);
-    }
-    found.clear();
-    if found.capacity() <= KEEP_PLACES {
-        w.spare_found = found;
-    }
-    bodies.clear();
-    w.spare_bodies = bodies;
+    let written = write_around_cut(shared, w, &data, &mut snapshot);
     if let Some(req) = snapshot.take() {
         abandon_snapshot(shared, req);
     }
@@ -95,6 +62,49 @@ pub(crate) fn write_batch<B: LogBackend>(
     }
     rotate_or_probe(shared, w);
     true
+}
+
+/// Writes a batch, starting the next section at a requested snapshot's cut (and the
+/// snapshot's thread), and publishes where the batch's bodies went. A snapshot left in
+/// `snapshot` could not be started.
+fn write_around_cut<B: LogBackend>(
+    shared: &Arc<Shared<B>>,
+    w: &mut WriterState<B::Writer>,
+    data: &[u8],
+    snapshot: &mut Option<SnapshotRequest>,
+) -> Result<(), GaveUp> {
+    let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
+    let mut bodies = std::mem::take(&mut w.spare_bodies);
+    let mut found = std::mem::take(&mut w.spare_found);
+    let mut written = write_data(shared, w, &data[..at], snapshot);
+    if let Ok(start) = written {
+        locate(shared, &bodies, 0..at, start, 0, &mut found);
+    }
+    if written.is_ok() {
+        if let Some(req) = snapshot.take() {
+            match rotate(shared, w) {
+                Ok(seq) => spawn_snapshot(shared, seq, req),
+                Err(e) => {
+                    note_space(shared, w, Some(&e));
+                    abandon_snapshot(shared, req);
+                }
+            }
+        }
+        written = write_data(shared, w, &data[at..], &mut None);
+        if let Ok(start) = written {
+            locate(shared, &bodies, at..data.len(), start, at, &mut found);
+        }
+    }
+    if let Some(b) = shared.backend.bodies() {
+        b.publish(&mut found);
+    }
+    found.clear();
+    if found.capacity() <= KEEP_PLACES {
+        w.spare_found = found;
+    }
+    bodies.clear();
+    w.spare_bodies = bodies;
+    written.map(|_| ())
 }
 
 /// Whether the batch of `written` bytes just written must be synced before it is
@@ -131,14 +141,14 @@ fn must_sync<B: LogBackend>(
 fn rotate_or_probe<B: LogBackend>(shared: &Shared<B>, w: &mut WriterState<B::Writer>) {
     let due = shared.backend.rotation_due(&w.store);
     if due && !w.full {
-        let made = rotate(shared, w);
+        let made = rotate(shared, w).map(|_| ());
         note_space(shared, w, made.as_ref().err());
     } else if w.full && w.last_probe.elapsed() >= SPACE_PROBE {
         // Is there room again? A new segment if this one is done, else more reserved
         // space in this one.
         w.last_probe = Instant::now();
         let found = if due {
-            rotate(shared, w)
+            rotate(shared, w).map(|_| ())
         } else {
             shared.backend.make_room(&mut w.store, 0)
         };
@@ -146,14 +156,14 @@ fn rotate_or_probe<B: LogBackend>(shared: &Shared<B>, w: &mut WriterState<B::Wri
     }
 }
 
-/// Starts the next section and tells the log's readers its number.
+/// Starts the next section and tells the log's readers its number, which it returns.
 fn rotate<B: LogBackend>(
     shared: &Shared<B>,
     w: &mut WriterState<B::Writer>,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
     let seq = shared.backend.rotate(&mut w.store)?;
     shared.current_segment.store(seq, Ordering::Relaxed);
-    Ok(())
+    Ok(seq)
 }
 
 /// The places of the pending bodies within `range` of a batch, written from `start`;
