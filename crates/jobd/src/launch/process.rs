@@ -8,8 +8,8 @@
 //!
 //! The child also gets a parent-death signal (SIGKILL), so a kill -9 of the daemon does not
 //! leave jobs running unrecorded. Linux delivers it when the *thread* that forked exits:
-//! start jobs from long-lived runtime threads (the daemons here use one thread; tokio's
-//! worker threads also live as long as their runtime, its blocking-pool threads do not).
+//! start jobs from long-lived runtime threads (the worker starts them on its runtime's
+//! worker threads, which live as long as the runtime; tokio's blocking-pool threads do not).
 
 use std::future::Future;
 use std::pin::Pin;

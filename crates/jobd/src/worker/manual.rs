@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
 use super::Worker;
-use crate::launch;
+use crate::launch::{self, Outcome};
 use crate::protocol::js_typeof;
 use crate::store::Claimed;
 
@@ -86,32 +86,37 @@ impl Worker {
                 }
             }
         }
-        let mut out = Map::new();
-        if !jobs.is_empty() {
-            let mut m = Map::new();
-            for (id, o) in jobs {
-                m.insert(
-                    id.to_string(),
-                    json!({
-                        "result": if o.ok() { "ok" } else { "fail" },
-                        "code": o.code,
-                        "signal": o.signal.map(launch::signal_name),
-                        "stdout": o.stdout,
-                        "stderr": o.stderr,
-                    }),
-                );
-            }
-            out.insert("jobs".into(), Value::Object(m));
-        }
-        if !errors.is_empty() {
-            let m: Map<String, Value> = errors
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Value::String(v)))
-                .collect();
-            out.insert("errors".into(), Value::Object(m));
-        }
-        Ok(Value::Object(out))
+        Ok(manual_reply(jobs, errors))
     }
+}
+
+/// run-manual's reply: each job's outcome under `jobs`, each id not run under `errors`.
+fn manual_reply(jobs: BTreeMap<u64, Outcome>, errors: BTreeMap<u64, String>) -> Value {
+    let mut out = Map::new();
+    if !jobs.is_empty() {
+        let mut m = Map::new();
+        for (id, o) in jobs {
+            m.insert(
+                id.to_string(),
+                json!({
+                    "result": if o.ok() { "ok" } else { "fail" },
+                    "code": o.code,
+                    "signal": o.signal.map(launch::signal_name),
+                    "stdout": o.stdout,
+                    "stderr": o.stderr,
+                }),
+            );
+        }
+        out.insert("jobs".into(), Value::Object(m));
+    }
+    if !errors.is_empty() {
+        let m: Map<String, Value> = errors
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .collect();
+        out.insert("errors".into(), Value::Object(m));
+    }
+    Value::Object(out)
 }
 
 fn manual_ids(data: &Value) -> Result<Vec<u64>, String> {

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use jobyard_broker::ProtocolMetrics;
+use jobyard_broker::{LabelledRow, ProtocolMetrics};
 
 use super::metrics;
 use super::targets::Start;
@@ -30,27 +30,14 @@ impl Worker {
         }
     }
 
+    /// Runs one started job to its stored end, then answers its run-manual caller, if any.
     pub(super) async fn run_job(&self, start: Start) {
         let id = start.id;
-        let mut pause = Duration::from_millis(100);
         let premarked = self.inner.state.lock().unwrap().premarked.remove(&id);
         let mut clock = JobClock::new(premarked);
-        let marked = loop {
-            if premarked.is_some() {
-                break Some(true);
-            }
-            match self.inner.store.mark_running(id).await {
-                Ok(m) => break Some(m),
-                Err(e) => {
-                    self.inner.metrics.db_error(true);
-                    tracing::warn!(id, error = %e, "jobd: marking a job running failed; retrying");
-                    if self.inner.shutting_down.load(Ordering::SeqCst) {
-                        break None;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(10));
-                }
-            }
+        let marked = match premarked {
+            Some(_) => Some(true),
+            None => self.mark_running(id).await,
         };
         let figures = self
             .inner
@@ -61,32 +48,7 @@ impl Worker {
             .get(&start.target)
             .cloned();
         let outcome = match marked {
-            Some(true) => match launch::start(&self.inner.spec, id) {
-                Err(msg) => {
-                    tracing::error!(id, "jobd: {msg}");
-                    self.inner.metrics.worker.inc(metrics::SPAWN_FAILURES);
-                    Ok(Outcome::spawn_failed(msg))
-                }
-                Ok(running) => {
-                    clock.launched();
-                    if let Some(f) = &figures {
-                        f.inc(metrics::LAUNCHED);
-                        f.inc(metrics::RUNNING);
-                    }
-                    {
-                        let mut st = self.inner.state.lock().unwrap();
-                        st.running.insert(id, running.pgid);
-                        let command = launch::argv(&self.inner.spec.template, id);
-                        st.sched.launched(&start, running.pgid, command);
-                    }
-                    let o = running.wait().await;
-                    self.inner.state.lock().unwrap().running.remove(&id);
-                    if let Some(f) = &figures {
-                        f.dec(metrics::RUNNING);
-                    }
-                    Ok(o)
-                }
-            },
+            Some(true) => Ok(self.launch(&start, figures.as_deref(), &mut clock).await),
             Some(false) => Err(format!("job {id} not found")),
             None => Err("worker is shutting down".to_string()),
         };
@@ -108,22 +70,84 @@ impl Worker {
         };
         if let Ok(o) = &outcome {
             clock.stored(id);
-            let p = &self.inner.metrics.protocol;
-            if let Some(f) = &figures {
-                f.inc(metrics::FINISHED);
-                if !o.ok() {
-                    f.inc(metrics::FAILED);
-                }
-            }
-            ProtocolMetrics::inc(if o.ok() {
-                &p.jobs_completed
-            } else {
-                &p.jobs_failed
-            });
+            self.count_end(figures.as_deref(), o);
         }
         let waiter = self.inner.state.lock().unwrap().waiters.remove(&id);
         if let Some(tx) = waiter {
             let _ = tx.send(outcome);
         }
+    }
+
+    /// Marks a row no fetch marked `running`, retrying with growing pauses while the
+    /// database fails: whether the row was still there to mark, `None` if shutdown came
+    /// first.
+    async fn mark_running(&self, id: u64) -> Option<bool> {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.inner.store.mark_running(id).await {
+                Ok(m) => return Some(m),
+                Err(e) => {
+                    self.inner.metrics.db_error(true);
+                    tracing::warn!(id, error = %e, "jobd: marking a job running failed; retrying");
+                    if self.inner.shutting_down.load(Ordering::SeqCst) {
+                        return None;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Starts the job's launcher and waits for its end (a launcher that cannot start is
+    /// an end too).
+    async fn launch(
+        &self,
+        start: &Start,
+        figures: Option<&LabelledRow>,
+        clock: &mut JobClock,
+    ) -> Outcome {
+        let id = start.id;
+        let running = match launch::start(&self.inner.spec, id) {
+            Ok(running) => running,
+            Err(msg) => {
+                tracing::error!(id, "jobd: {msg}");
+                self.inner.metrics.worker.inc(metrics::SPAWN_FAILURES);
+                return Outcome::spawn_failed(msg);
+            }
+        };
+        clock.launched();
+        if let Some(f) = figures {
+            f.inc(metrics::LAUNCHED);
+            f.inc(metrics::RUNNING);
+        }
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            st.running.insert(id, running.pgid);
+            let command = launch::argv(&self.inner.spec.template, id);
+            st.sched.launched(start, running.pgid, command);
+        }
+        let outcome = running.wait().await;
+        self.inner.state.lock().unwrap().running.remove(&id);
+        if let Some(f) = figures {
+            f.dec(metrics::RUNNING);
+        }
+        outcome
+    }
+
+    /// Counts a stored end in the target's and the protocol's figures.
+    fn count_end(&self, figures: Option<&LabelledRow>, outcome: &Outcome) {
+        if let Some(f) = figures {
+            f.inc(metrics::FINISHED);
+            if !outcome.ok() {
+                f.inc(metrics::FAILED);
+            }
+        }
+        let p = &self.inner.metrics.protocol;
+        ProtocolMetrics::inc(if outcome.ok() {
+            &p.jobs_completed
+        } else {
+            &p.jobs_failed
+        });
     }
 }
