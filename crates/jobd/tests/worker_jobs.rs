@@ -1,6 +1,6 @@
 //! Launcher and scheduling tests of the jobd worker against a real MariaDB: what lands in
 //! the rows, exit codes, signals to process groups, output caps, concurrency, FIFO, pause,
-//! runtime targets, and one test per fixed jobd bug (reference §7) where feasible.
+//! runtime targets, and one test per fixed jobd bug (docs/jobd.md, "Differences from jobd") where feasible.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! The jobd worker daemon's ini config: the same keys, defaults and error messages as
-//! jobd 1.12 (reference §9), with its config bugs fixed: `mysql_port` is used, `0` is a
+//! jobd 1.12 (docs/jobd.md, "Configuration"), with its config bugs fixed: `mysql_port` is used, `0` is a
 //! value rather than "unset", and `mysql_fetch_limit = 0` means "no cap".
 
 use std::path::PathBuf;

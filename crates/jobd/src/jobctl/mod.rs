@@ -1,4 +1,4 @@
-//! jobctl: the command-line client for a jobd worker or jobd-master (reference §8), with
+//! jobctl: the command-line client for a jobd worker or jobd-master (docs/jobd.md, "Protocol"), with
 //! the same commands and output. Also offers the commands jobd's README listed as
 //! missing: add-target, remove-target, run-manual and send-signal. Its command line (the
 //! options and `~/.jobctl.conf`) is read by the `jobyard` binary, which calls

@@ -1,5 +1,5 @@
 //! jobd-master: workers register with it; it fans poke, pause, continue, status,
-//! run-manual and send-signal out to them and merges the answers (reference §6).
+//! run-manual and send-signal out to them and merges the answers (docs/jobd.md, "Protocol").
 //!
 //! Fixed on the way: pause/continue answer `"ok"`; a worker's error or disconnect during
 //! run-manual becomes per-id `errors` instead of failing the whole call; status,

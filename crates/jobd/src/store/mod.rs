@@ -1,4 +1,4 @@
-//! The user's MySQL jobs table, the source of truth (reference §3).
+//! The user's MySQL jobs table, the source of truth (docs/jobd.md, "The jobs table").
 //!
 //! Rules kept from jobd: rows are never inserted or deleted; columns are written in jobd's
 //! order (`accepted`, except for a polled row, whose `accepted` would share the `running`

@@ -1,4 +1,4 @@
-//! The worker's requests (reference §2): poll, pause, continue, status, add-target,
+//! The worker's requests (docs/jobd.md, "Protocol"): poll, pause, continue, status, add-target,
 //! remove-target, set-target-concurrency and send-signal here, run-manual in
 //! [`super::manual`]. The same handlers serve clients and the master.
 
@@ -70,7 +70,7 @@ impl Worker {
         reply_ok()
     }
 
-    /// The `status` reply (reference §2.1). `memoryUsage.rss` is real; the V8 heap
+    /// The `status` reply (jobd's `status` shape). `memoryUsage.rss` is real; the V8 heap
     /// figures have no meaning here and are 0.
     pub fn status(&self) -> Value {
         let st = self.inner.state.lock().unwrap();

@@ -1,4 +1,4 @@
-//! Polling (reference §4) with jobd's bugs fixed: a poll takes at most as many rows per
+//! Polling (docs/jobd.md, "The jobs table") with jobd's bugs fixed: a poll takes at most as many rows per
 //! target as it has free slots (never while paused), re-polls while a fetch came back
 //! full, and parks targets that are full until a job ends or `continue` arrives. A fetch
 //! that fails (database gone) is retried with growing pauses. A busy target's fetch may

@@ -1,5 +1,5 @@
 //! The jobd worker daemon: serves poll, pause, continue, status, run-manual, add-target,
-//! remove-target, set-target-concurrency and send-signal (reference §2), runs jobs from
+//! remove-target, set-target-concurrency and send-signal (docs/jobd.md, "Protocol"), runs jobs from
 //! the MySQL table through the launcher, and keeps a registration with the master.
 //!
 //! By concept: [`accept`] starts a daemon and accepts its connections; `commands` and
