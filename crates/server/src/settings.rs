@@ -65,6 +65,40 @@ pub struct Settings {
 pub use jobyard_broker::budget::DEFAULT_MAX_INFLIGHT_BYTES;
 pub use jobyard_broker::{DEFAULT_BODIES_IN_LOG, DEFAULT_HOT_BODY_BYTES};
 
+impl Default for Settings {
+    /// The built-in defaults every command line starts from and overrides, with every
+    /// listener off and jobs in memory only: each command line turns on what it serves,
+    /// so a listener added later is never opened by a drop-in that does not ask for it.
+    fn default() -> Self {
+        Settings {
+            data_dir: None,
+            beanstalk_listen: None,
+            fsync: FsyncMode::Always,
+            max_job_size: DEFAULT_MAX_JOB_SIZE,
+            max_connections: 10_000,
+            segment_bytes: 64 << 20,
+            compact_min_bytes: 64 << 20,
+            salvage: false,
+            bodies_in_log: DEFAULT_BODIES_IN_LOG,
+            hot_body_bytes: DEFAULT_HOT_BODY_BYTES,
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            user: None,
+            verbosity: 0,
+            log_format: LogFormat::default(),
+            gearman_listen: None,
+            threads: None,
+            thread_model: None,
+            http_listen: None,
+            http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
+            flows: Default::default(),
+            wmp: None,
+            http_security: Default::default(),
+            gearman: Default::default(),
+            jobd_config: None,
+        }
+    }
+}
+
 /// The 14/WMP manager's settings (`--wmp-listen`, `--wmp-name`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WmpSettings {
@@ -328,10 +362,11 @@ fn load_flows(source: &str) -> Result<Vec<FlowDefinition>, String> {
 }
 
 impl ServeArgs {
-    /// Fills in the built-in defaults (flags, environment and file are already applied).
+    /// Fills in the built-in defaults (flags, environment and file are already applied):
+    /// [`Settings::default`], with `serve`'s data directory and listeners on.
     pub fn resolve(self) -> Result<Settings, String> {
-        let fsync = self.fsync.unwrap_or_else(|| "always".into());
-        let max_job_size = self.max_job_size.unwrap_or(DEFAULT_MAX_JOB_SIZE);
+        let defaults = Settings::default();
+        let max_job_size = self.max_job_size.unwrap_or(defaults.max_job_size);
         if max_job_size > MAX_MAX_JOB_SIZE {
             return Err(format!("--max-job-size is at most {MAX_MAX_JOB_SIZE}"));
         }
@@ -344,20 +379,22 @@ impl ServeArgs {
                 self.beanstalk_listen
                     .unwrap_or_else(|| "127.0.0.1:11300".into()),
             ),
-            fsync: parse_fsync(&fsync)?,
+            fsync: match &self.fsync {
+                Some(mode) => parse_fsync(mode)?,
+                None => defaults.fsync,
+            },
             max_job_size,
-            max_connections: self.max_connections.unwrap_or(10_000),
-            segment_bytes: self.segment_bytes.unwrap_or(64 << 20),
-            compact_min_bytes: self.compact_min_bytes.unwrap_or(64 << 20),
+            max_connections: self.max_connections.unwrap_or(defaults.max_connections),
+            segment_bytes: self.segment_bytes.unwrap_or(defaults.segment_bytes),
+            compact_min_bytes: self.compact_min_bytes.unwrap_or(defaults.compact_min_bytes),
             salvage: self.salvage,
-            bodies_in_log: self.bodies_in_log.unwrap_or(DEFAULT_BODIES_IN_LOG),
-            hot_body_bytes: self.hot_body_bytes.unwrap_or(DEFAULT_HOT_BODY_BYTES),
+            bodies_in_log: self.bodies_in_log.unwrap_or(defaults.bodies_in_log),
+            hot_body_bytes: self.hot_body_bytes.unwrap_or(defaults.hot_body_bytes),
             max_inflight_bytes: self
                 .max_inflight_bytes
-                .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES),
-            user: None,
+                .unwrap_or(defaults.max_inflight_bytes),
             verbosity: self.verbose,
-            log_format: self.log_format.unwrap_or_default(),
+            log_format: self.log_format.unwrap_or(defaults.log_format),
             threads: self.threads.filter(|&n| n > 0),
             thread_model: self.thread_model,
             gearman_listen: listen(
@@ -365,7 +402,7 @@ impl ServeArgs {
                     .unwrap_or_else(|| "127.0.0.1:4730".into()),
             ),
             http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
-            wmp: listen(self.wmp_listen.unwrap_or_else(|| "off".into())).map(|listen| {
+            wmp: self.wmp_listen.and_then(listen).map(|listen| {
                 Box::new(WmpSettings {
                     listen,
                     name: self.wmp_name,
@@ -373,11 +410,11 @@ impl ServeArgs {
             }),
             http_worker_idle: self
                 .http_worker_idle_ms
-                .map_or(jobyard_http::DEFAULT_WORKER_IDLE, Duration::from_millis),
-            flows: std::sync::Arc::new(match &self.flows {
-                Some(source) => load_flows(source)?,
-                None => Vec::new(),
-            }),
+                .map_or(defaults.http_worker_idle, Duration::from_millis),
+            flows: match &self.flows {
+                Some(source) => std::sync::Arc::new(load_flows(source)?),
+                None => defaults.flows,
+            },
             http_security: Box::new(jobyard_http::Security::from_flags(
                 self.http_token.as_deref(),
                 self.http_token_file.as_deref(),
@@ -388,13 +425,16 @@ impl ServeArgs {
             gearman: Box::new(jobyard_gearman::Config {
                 max_packet: self
                     .gearman_max_packet
-                    .unwrap_or(jobyard_gearman::DEFAULT_MAX_PACKET),
-                job_retries: self.gearman_job_retries.unwrap_or(0),
+                    .unwrap_or(defaults.gearman.max_packet),
+                job_retries: self
+                    .gearman_job_retries
+                    .unwrap_or(defaults.gearman.job_retries),
                 allow_shutdown: self.gearman_allow_shutdown,
                 verbose_level: if self.verbose > 0 { "DEBUG" } else { "INFO" }.into(),
-                ..jobyard_gearman::Config::default()
+                ..*defaults.gearman
             }),
             jobd_config: self.jobd_config.map(Box::new),
+            ..defaults
         })
     }
 }
@@ -593,6 +633,35 @@ mod tests {
         std::fs::write(&file, format!("{flow}{flow}")).unwrap();
         let err = serve(&["--flows", file.to_str().unwrap()]).unwrap_err();
         assert!(err.contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn serve_starts_from_the_defaults_the_drop_ins_share() {
+        let serve = ServeArgs::default().resolve().unwrap();
+        let defaults = Settings::default();
+        assert_eq!(
+            (
+                defaults.data_dir.as_ref(),
+                defaults.beanstalk_listen.as_ref()
+            ),
+            (None, None),
+            "the defaults are memory only with no listener"
+        );
+        assert_eq!(
+            (&defaults.gearman_listen, &defaults.http_listen),
+            (&None, &None)
+        );
+        assert_eq!(
+            serve,
+            Settings {
+                data_dir: serve.data_dir.clone(),
+                beanstalk_listen: serve.beanstalk_listen.clone(),
+                gearman_listen: serve.gearman_listen.clone(),
+                http_listen: serve.http_listen.clone(),
+                ..defaults
+            },
+            "serve differs from the defaults only in its data directory and listeners"
+        );
     }
 
     #[test]

@@ -128,26 +128,10 @@ pub fn parse(args: &[String]) -> Compat {
         beanstalk_listen: Some(listen),
         fsync,
         max_job_size,
-        max_connections: 10_000,
         segment_bytes,
-        compact_min_bytes: 64 << 20,
-        salvage: false,
-        bodies_in_log: crate::settings::DEFAULT_BODIES_IN_LOG,
-        hot_body_bytes: crate::settings::DEFAULT_HOT_BODY_BYTES,
-        max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
         user,
         verbosity,
-        log_format: Default::default(),
-        threads: None,
-        thread_model: None,
-        gearman_listen: None,
-        http_listen: None,
-        wmp: None,
-        http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
-        flows: Default::default(),
-        jobd_config: None,
-        http_security: Default::default(),
-        gearman: Default::default(),
+        ..Settings::default()
     }))
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use jobyard_gearman::{Config, Keepalive};
 use jobyard_storage::FsyncMode;
 
-use crate::settings::{parse_fsync, Settings, DEFAULT_MAX_JOB_SIZE};
+use crate::settings::{parse_fsync, Settings};
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
@@ -291,29 +291,13 @@ fn parse_inner(args: &[String], env_port: Option<String>) -> Result<Gearmand, St
     Ok(Gearmand::Run(Box::new(Launch {
         settings: Settings {
             data_dir,
-            beanstalk_listen: None,
-            http_listen: None,
-            wmp: None,
-            http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
-            flows: Default::default(),
-            jobd_config: None,
-            http_security: Default::default(),
             fsync,
-            max_job_size: DEFAULT_MAX_JOB_SIZE,
-            max_connections: 10_000,
-            segment_bytes: 64 << 20,
-            compact_min_bytes: 64 << 20,
-            salvage: false,
-            bodies_in_log: crate::settings::DEFAULT_BODIES_IN_LOG,
-            hot_body_bytes: crate::settings::DEFAULT_HOT_BODY_BYTES,
-            max_inflight_bytes: crate::settings::DEFAULT_MAX_INFLIGHT_BYTES,
             user,
             verbosity,
-            log_format: Default::default(),
             threads,
-            thread_model: None,
             gearman_listen: Some(listen),
             gearman: Box::new(gearman),
+            ..Settings::default()
         },
         daemon: launch_daemon,
         pid_file,
