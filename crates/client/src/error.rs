@@ -1,5 +1,6 @@
 //! What can go wrong talking to jobyard, split by who is to blame: the server refused
-//! (a stable code to branch on), the network failed, or the reply made no sense.
+//! (a stable code to branch on), the network failed, TLS did not trust the server, the
+//! reply made no sense, or the client was set up wrong.
 
 use std::fmt;
 
@@ -18,10 +19,16 @@ pub enum Error {
     },
     /// The request did not reach the server, or its answer did not come back.
     Transport(String),
+    /// The TLS handshake failed: the server's certificate is not signed by a trusted CA
+    /// or not for this host, or the server does not speak TLS. Repeating will not help.
+    Tls(String),
     /// The server answered something this client does not understand.
     Protocol(String),
-    /// The base URL is not an `http://host:port` URL.
+    /// The base URL is not an `http://host:port` or `https://host:port` URL.
     BadUrl(String),
+    /// The client's settings cannot be used: an unreadable CA file or one without a
+    /// certificate, a token that cannot be sent as a header.
+    Config(String),
 }
 
 impl Error {
@@ -53,8 +60,10 @@ impl fmt::Display for Error {
                 message,
             } => write!(f, "jobyard refused ({status} {code}): {message}"),
             Error::Transport(e) => write!(f, "jobyard unreachable: {e}"),
+            Error::Tls(e) => write!(f, "TLS with jobyard failed: {e}"),
             Error::Protocol(e) => write!(f, "unexpected reply from jobyard: {e}"),
             Error::BadUrl(e) => write!(f, "bad jobyard URL: {e}"),
+            Error::Config(e) => write!(f, "bad jobyard client setting: {e}"),
         }
     }
 }

@@ -23,9 +23,40 @@
 //! Flows (multi-stage jobs) have the same shape: [`Client::declare_flow`],
 //! [`Client::create_flow_job`], and [`Client::stage_worker`] whose handler gets a
 //! [`StageJob`] and returns the fields to merge into the job's state.
+//!
+//! # A secured server: tokens and HTTPS
+//!
+//! A server started with tokens (`--http-token-file`) wants one on every request, and one
+//! with `--http-tls-cert` speaks only HTTPS (docs/security.md). [`Client::builder`] takes
+//! both:
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), jobyard_client::Error> {
+//! let client = jobyard_client::Client::builder()
+//!     .url("https://jobs.internal:8080")
+//!     .token("0c5bf4e1d7a2e5c8b3f6a9d2e7c1b4a8")
+//!     .ca_file("/etc/jobyard/ca.pem")
+//!     .build()?;
+//! # Ok(()) }
+//! ```
+//!
+//! - The token goes out as `Authorization: Bearer TOKEN`. A `read` token may look (jobs,
+//!   counts, results); puts, leases and deletes need an `admin` token. A refused token is
+//!   [`Error::Api`] with status 401 (`auth_required`, `bad_token`) or 403 (`forbidden`).
+//! - HTTPS is rustls with the ring provider, as the server's listener. With a CA given
+//!   (`ca_file`/`ca_pem`), only certificates it signed are trusted; with none, the
+//!   platform's root certificates are (read from the system's certificate files when the
+//!   client is built; no list is bundled). A certificate that is not trusted, or a server
+//!   that does not speak TLS, is [`Error::Tls`].
+//! - What the builder is not given comes from the environment, as `jobyard ctl` reads it:
+//!   `JOBYARD_URL` (else `http://127.0.0.1:8080`), `JOBYARD_TOKEN`, `JOBYARD_CA_CERT` (a PEM
+//!   file). [`Client::from_env`] is the builder given nothing; [`Client::new`] reads
+//!   nothing from the environment.
 
+mod builder;
 mod error;
 mod flows;
+mod tls;
 mod transport;
 mod types;
 mod worker;
@@ -36,6 +67,7 @@ use hyper::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Map, Value};
 
+pub use builder::{ClientBuilder, DEFAULT_URL};
 pub use error::Error;
 pub use flows::{FlowJobOptions, StageJob};
 pub use types::{Job, JobId, Outcome, PutOptions};
@@ -54,12 +86,23 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for the HTTP listener at `url` (e.g. `http://127.0.0.1:8080`). Nothing is
-    /// sent until the first call.
+    /// A client for the HTTP listener at `url` (e.g. `http://127.0.0.1:8080`), with no
+    /// token and, for `https:`, the platform's roots; the environment is not read. Nothing
+    /// is sent until the first call.
     pub fn new(url: &str) -> Result<Client, Error> {
-        Ok(Client {
-            transport: Transport::new(url)?,
-        })
+        ClientBuilder::without_env().url(url).build()
+    }
+
+    /// A builder for a client with a token or a CA of its own; what it is not given comes
+    /// from `JOBYARD_URL`, `JOBYARD_TOKEN` and `JOBYARD_CA_CERT`.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A client set up entirely from the environment (`JOBYARD_URL`, else
+    /// [`DEFAULT_URL`]; `JOBYARD_TOKEN`; `JOBYARD_CA_CERT`).
+    pub fn from_env() -> Result<Client, Error> {
+        Client::builder().build()
     }
 
     /// Puts a job with the server's defaults; returns its id once it is durable.
@@ -186,12 +229,44 @@ mod tests {
     }
 
     #[test]
-    fn only_http_urls_are_accepted() {
+    fn only_http_and_https_urls_are_accepted() {
         assert!(Client::new("http://127.0.0.1:8080/").is_ok());
-        assert!(matches!(
+        // Without root certificates on the machine this is a setting error, never the URL's.
+        assert!(!matches!(
             Client::new("https://example.com"),
             Err(Error::BadUrl(_))
         ));
+        assert!(matches!(
+            Client::new("ftp://example.com"),
+            Err(Error::BadUrl(_))
+        ));
         assert!(matches!(Client::new("not a url"), Err(Error::BadUrl(_))));
+    }
+
+    #[test]
+    fn a_ca_without_certificates_is_refused_naming_its_file() {
+        let built = Client::builder()
+            .url("https://127.0.0.1:1")
+            .ca_file("/nonexistent/ca.pem")
+            .build();
+        assert!(
+            matches!(&built, Err(Error::Config(m)) if m.contains("/nonexistent/ca.pem")),
+            "{built:?}"
+        );
+        let built = Client::builder()
+            .url("https://127.0.0.1:1")
+            .ca_pem("not a certificate")
+            .build();
+        assert!(matches!(built, Err(Error::Config(_))), "{built:?}");
+    }
+
+    #[test]
+    fn the_token_never_shows_in_debug_output() {
+        let client = Client::builder()
+            .url("http://127.0.0.1:1")
+            .token("secret-token-0123456789")
+            .build()
+            .unwrap();
+        assert!(!format!("{client:?}").contains("secret-token"));
     }
 }
