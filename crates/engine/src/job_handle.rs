@@ -3,8 +3,6 @@
 //! so a WMP worker can correlate with a Gearman client), and they must agree byte for byte;
 //! neither may depend on the other, so the one definition lives beside [`JobId`].
 
-use std::fmt::Write;
-
 use crate::JobId;
 
 /// Appends the Gearman job handle of job `id` under `prefix` (`PREFIX:ID`, the id in
@@ -15,8 +13,7 @@ pub fn push_job_handle(prefix: &str, id: JobId, out: &mut String) {
     out.reserve(prefix.len() + 21);
     out.push_str(prefix);
     out.push(':');
-    // Writing into a String never fails.
-    let _ = write!(out, "{id}");
+    out.push_str(itoa::Buffer::new().format(id));
 }
 
 #[cfg(test)]
