@@ -92,7 +92,7 @@ impl HttpFrontEnd {
             ),
             None => None,
         };
-        let listener = TcpListener::bind(addr).await?;
+        let listener = jobyard_net::listen::bind_tcp(addr).await?;
         let local = listener.local_addr()?;
         config
             .security

@@ -1,12 +1,22 @@
 //! Listening sockets: TCP, UNIX (`unix:PATH`, as beanstalkd's `-l`), and sockets handed over
 //! by systemd (socket activation), so existing service and socket units keep working.
+//!
+//! TCP listeners queue up to [`LISTEN_BACKLOG`] connections not yet accepted, not the 128
+//! tokio's `TcpListener::bind` asks for: a client that opens a few hundred connections at
+//! once would overflow 128, and the kernel drops the connects past it and has them retried
+//! a second later (docs/operations.md, "The listen backlog").
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
+
+/// Connections a TCP listener queues before they are accepted. The kernel caps it at
+/// `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
 
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 const FIRST_ACTIVATED_FD: i32 = 3;
@@ -54,7 +64,7 @@ impl Listener {
     /// died) is replaced, as beanstalkd does; any other kind of file is an error.
     pub async fn bind(addr: &str) -> io::Result<Listener> {
         let Some(path) = addr.strip_prefix("unix:") else {
-            return Ok(Listener::Tcp(TcpListener::bind(addr).await?));
+            return Ok(Listener::Tcp(bind_tcp(addr).await?));
         };
         if path.is_empty() {
             return Err(io::Error::new(
@@ -137,6 +147,37 @@ impl Drop for Listener {
     }
 }
 
+/// Binds a TCP listener on `addr` (`HOST:PORT`, the host a name or an address: its first
+/// address that binds) with a backlog of [`LISTEN_BACKLOG`]; every protocol's TCP listener
+/// is made here.
+pub async fn bind_tcp(addr: &str) -> io::Result<TcpListener> {
+    let mut failure = None;
+    for candidate in tokio::net::lookup_host(addr).await? {
+        match bind_tcp_at(candidate) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => failure = Some(e),
+        }
+    }
+    Err(failure.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{addr} names no address"),
+        )
+    }))
+}
+
+/// One address's listener, with the options `TcpListener::bind` sets (address reuse, so a
+/// restarted server binds while its old connections linger in TIME_WAIT).
+fn bind_tcp_at(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Listening sockets passed by systemd socket activation, in order, with their names
 /// (`FileDescriptorName=`, from `LISTEN_FDNAMES`). Empty unless `LISTEN_PID` is this process.
 pub fn activated() -> io::Result<Vec<(Option<String>, Listener)>> {
@@ -204,6 +245,40 @@ mod tests {
 
     async fn tcp() -> Listener {
         Listener::bind("127.0.0.1:0").await.unwrap()
+    }
+
+    /// The backlog the kernel keeps for the listening socket on `port`: the Send-Q column
+    /// `ss -ltn` shows for a listener.
+    fn kernel_backlog(port: u16) -> u32 {
+        let out = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().next().expect("ss lists the listener");
+        let send_q = line.split_whitespace().nth(2).expect("a Send-Q column");
+        send_q.parse().expect("Send-Q is a number")
+    }
+
+    #[tokio::test]
+    async fn a_tcp_listener_has_the_burst_backlog_capped_by_somaxconn() {
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .expect("a Linux kernel")
+            .trim()
+            .parse()
+            .expect("a number");
+        let bound = tcp().await;
+        let Listener::Tcp(listener) = &bound else {
+            panic!("a TCP address gives a TCP listener");
+        };
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(kernel_backlog(port), LISTEN_BACKLOG.min(somaxconn));
+    }
+
+    #[tokio::test]
+    async fn a_host_name_binds_its_address() {
+        let listener = bind_tcp("localhost:0").await.unwrap();
+        assert!(listener.local_addr().unwrap().ip().is_loopback());
     }
 
     #[tokio::test]
