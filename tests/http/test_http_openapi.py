@@ -161,5 +161,7 @@ def flow_scenario(c):
            json={"worker": w, "token": lease["job"]["token"], "error": "e"})
     c.call("GET", f"/v1/flow-jobs/{job}?fields=done")
     c.call("GET", "/v1/flow-jobs/nope")
+    c.call("POST", "/v1/flow-jobs/lookup", json={"ids": [job, "f:nope"], "resolve_children": True})
+    c.call("POST", "/v1/flow-jobs/lookup", json={"ids": ["f:nope"] * 1001})
     c.call("DELETE", f"/v1/flow-jobs/{job}")
     c.call("DELETE", f"/v1/flow-jobs/{job}")

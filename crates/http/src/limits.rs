@@ -16,6 +16,9 @@ pub const MAX_LEASE_MS: u64 = 86_400_000;
 pub const MAX_WAIT_MS: u64 = 60_000;
 /// Jobs or queues in one page of a listing.
 pub const MAX_PAGE: usize = 1000;
+/// Flow job ids in one lookup (`POST /v1/flow-jobs/lookup`): what one reply may carry,
+/// as a page of a listing.
+pub const MAX_LOOKUP_IDS: usize = 1000;
 /// Jobs or queues in a page when the request does not say.
 pub const DEFAULT_PAGE: usize = 100;
 /// Bytes of a body shown in a job's description.

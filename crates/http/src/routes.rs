@@ -40,6 +40,7 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
         ("GET", "/v1/flows/{flow}", get(definitions::describe)),
         ("POST", "/v1/flows/{flow}/jobs", post(flows::jobs::create)),
         ("GET", "/v1/flows/{flow}/jobs", get(flows::jobs::by_key)),
+        ("POST", "/v1/flow-jobs/lookup", post(flows::lookup::lookup)),
         ("GET", "/v1/flow-jobs/{id}", get(flows::jobs::get)),
         ("DELETE", "/v1/flow-jobs/{id}", delete(flows::jobs::delete)),
         (

@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 30] = [
+pub const COMMAND_NAMES: [&str; 31] = [
     "put",
     "get-job",
     "delete-job",
@@ -73,6 +73,7 @@ pub const COMMAND_NAMES: [&str; 30] = [
     "flow-complete",
     "flow-fail",
     "flow-delay",
+    "lookup-flow-jobs",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -108,6 +109,7 @@ pub enum Command {
     FlowComplete,
     FlowFail,
     FlowDelay,
+    LookupFlowJobs,
 }
 
 impl Api {

@@ -219,7 +219,8 @@ pub async fn position(
     })))
 }
 
-fn projection(fields: Option<&str>) -> Option<Vec<String>> {
+/// The field names of a `fields` query (comma-separated); `None`: every field.
+pub(super) fn projection(fields: Option<&str>) -> Option<Vec<String>> {
     fields.map(|f| {
         f.split(',')
             .filter(|s| !s.is_empty())
@@ -229,7 +230,7 @@ fn projection(fields: Option<&str>) -> Option<Vec<String>> {
 }
 
 /// A flow job as the API shows it; `fields` limits the state shown.
-fn view(e: &Engine, job: &FlowJob, fields: Option<&[String]>, resolve: bool) -> Value {
+pub(super) fn view(e: &Engine, job: &FlowJob, fields: Option<&[String]>, resolve: bool) -> Value {
     let mut state: Map<String, Value> = match fields {
         Some(keys) => keys
             .iter()
