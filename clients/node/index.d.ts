@@ -53,6 +53,9 @@ export interface ConnectionOptions {
   /** The CA that signed an https: server's certificate, trusted instead of Node's built-in
    * roots. Default: the PEM file JOBYARD_CA_CERT names. */
   ca?: CaPem;
+  /** The most connections open to the server at once (default 64), besides one per
+   * worker created through the client; further requests wait for a free one. */
+  maxSockets?: number;
 }
 
 export interface QueuesClientOptions extends ConnectionOptions {

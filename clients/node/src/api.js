@@ -7,6 +7,10 @@
 // fetch for small JSON on a kept connection (docs/benchmarks.md, "Flows"), and a
 // worker's requests are nearly all such.
 //
+// Either way at most `maxSockets` connections are open to the server (default
+// DEFAULT_MAX_SOCKETS, and one more per worker: reserveConnections); requests beyond them
+// wait for a free one instead of each opening its own.
+//
 // A token goes out as `authorization: Bearer <token>` on every request of either
 // transport; a CA (PEM) is what node:https then trusts instead of Node's built-in roots.
 
@@ -15,15 +19,15 @@ import https from "node:https";
 
 import { JobyardError } from "./errors.js";
 import { resolveConnection } from "./settings.js";
-import { HttpTransport } from "./transport.js";
+import { DEFAULT_MAX_SOCKETS, HttpTransport } from "./transport.js";
 
 /** Talks to one jobyard HTTP listener (`url` like "http://127.0.0.1:8080").
  * `token` and `ca` are sent and trusted as above; `url`, `token` and `ca` default to
  * JOBYARD_URL, JOBYARD_TOKEN and JOBYARD_CA_CERT (settings.js).
  * `transport: "node"` sends plain http: through node:http too (for a proxy or a test
- * that needs node:http's behaviour). */
+ * that needs node:http's behaviour). `maxSockets` bounds the connections open at once. */
 export class Api {
-  constructor(url, { transport, token, ca } = {}) {
+  constructor(url, { transport, token, ca, maxSockets = DEFAULT_MAX_SOCKETS } = {}) {
     ({ url, token, ca } = resolveConnection({ url, token, ca }));
     if (typeof url !== "string" || !/^https?:\/\/[^/]+/.test(url)) {
       throw new TypeError(`jobyard url must be like "http://127.0.0.1:8080", got ${url}`);
@@ -39,14 +43,21 @@ export class Api {
     }
     this.authorization = token === undefined ? undefined : `Bearer ${token}`;
     this.lean = parsed.protocol === "http:" && transport !== "node"
-      ? new HttpTransport(this.hostname, this.port, parsed.host, { authorization: this.authorization })
+      ? new HttpTransport(this.hostname, this.port, parsed.host, { authorization: this.authorization, maxSockets })
       : null;
     // Through node:http(s), connections are kept and reused; an idle one is closed by us
     // after a while rather than left for the server or a proxy to cut under a request.
     const tls = parsed.protocol === "https:" && ca !== undefined ? { ca } : {};
     this.agent = this.lean
       ? null
-      : new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo", ...tls });
+      : new this.transport.Agent({ keepAlive: true, timeout: 60_000, scheduling: "lifo", maxSockets, ...tls });
+  }
+
+  /** Room for `count` more connections: a worker's long poll holds one for up to its block
+   * timeout, and must not keep the application's other calls waiting behind it. */
+  reserveConnections(count) {
+    if (this.lean) this.lean.maxSockets += count;
+    else this.agent.maxSockets += count;
   }
 
   /** Sends `body` as JSON; resolves to the reply's JSON or rejects with JobyardError. */

@@ -7,6 +7,9 @@ import { Worker, ParentWorker } from "./worker.js";
 import { presets } from "./presets.js";
 import { toGuildJob } from "./shape.js";
 
+/** Ids in one lookup request: the server's most (docs/http-api.md, "Limits"). */
+export const LOOKUP_MAX_IDS = 1000;
+
 /** The query string of a read: children resolved, fields projected. */
 function readQuery(resolveChildren, keysToGet) {
   const q = [];
@@ -17,17 +20,18 @@ function readQuery(resolveChildren, keysToGet) {
 
 export class QueuesClient {
   /**
-   * @param {{url?: string, token?: string, ca?: string | Buffer | Array<string | Buffer>, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean, transport?: "lean" | "node"}} options
+   * @param {{url?: string, token?: string, ca?: string | Buffer | Array<string | Buffer>, logger?: object, correlator?: any, flows?: object[], declarePresets?: boolean, transport?: "lean" | "node", maxSockets?: number}} options
    *   `url`, `token`, `ca`: the server, the token sent as `authorization: Bearer`, the CA
    *   (PEM) trusted for https:; each defaults to JOBYARD_URL (else
    *   http://127.0.0.1:8080), JOBYARD_TOKEN, JOBYARD_CA_CERT (a PEM file).
    *   `flows`: definitions of your own flows, declared on connect. Guild's four built-in
    *   flows are declared on connect unless the server already has a flow of that name
    *   (or `declarePresets: false`). `transport: "node"` sends plain http: through
-   *   node:http instead of the package's own transport (api.js).
+   *   node:http instead of the package's own transport (api.js). `maxSockets`: the most
+   *   connections open at once besides one per worker (default 64; api.js).
    */
-  constructor({ url, token, ca, logger, correlator, flows = [], declarePresets = true, transport } = {}) {
-    this.api = new Api(url, { transport, token, ca });
+  constructor({ url, token, ca, logger, correlator, flows = [], declarePresets = true, transport, maxSockets } = {}) {
+    this.api = new Api(url, { transport, token, ca, maxSockets });
     this.logger = logger;
     this.correlator = correlator;
     this.flows = flows;
@@ -84,18 +88,19 @@ export class QueuesClient {
     }
   }
 
-  /** The jobs that still exist, in the order asked, each with its own `id`. */
+  /** The jobs that still exist, in the order asked, each with its own `id`. Looked up
+   * LOOKUP_MAX_IDS at a time, one request each. */
   async getJobs(jobIds, resolveChildren = false, keysToGet) {
-    const query = readQuery(resolveChildren, keysToGet);
-    const jobs = await Promise.all(
-      jobIds.map((id) =>
-        this.api.get(`/v1/flow-jobs/${seg(id)}${query}`).catch((e) => {
-          if (e.code === "not_found") return null;
-          throw e;
-        }),
-      ),
-    );
-    return jobs.filter(Boolean).map(toGuildJob);
+    const chunks = [];
+    for (let i = 0; i < jobIds.length; i += LOOKUP_MAX_IDS) {
+      chunks.push(jobIds.slice(i, i + LOOKUP_MAX_IDS).map(String));
+    }
+    const replies = await Promise.all(chunks.map((ids) => {
+      const body = { ids, resolve_children: Boolean(resolveChildren) };
+      if (keysToGet?.length) body.fields = keysToGet.map(String);
+      return this.api.post("/v1/flow-jobs/lookup", body);
+    }));
+    return replies.flatMap(({ jobs }) => jobs.map(toGuildJob));
   }
 
   /** The jobs whose lookup attribute `keyName` had `value` at creation, oldest first. */
@@ -123,6 +128,7 @@ export class QueuesClient {
   }
 
   spawn(Kind, options, count) {
+    this.api.reserveConnections(count);
     const made = Array.from(
       { length: count },
       () => new Kind({ ...options, api: this.api, logger: this.logger, correlator: this.correlator }),

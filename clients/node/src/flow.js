@@ -5,10 +5,11 @@
 import { QueuesClient } from "./client.js";
 
 export class Flow {
-  /** `options`: `url`, `token`, `ca`, `logger`, `correlator`, `transport`, as QueuesClient's. */
-  constructor(name, { url, token, ca, logger, correlator, transport } = {}) {
+  /** `options`: `url`, `token`, `ca`, `logger`, `correlator`, `transport`, `maxSockets`,
+   * as QueuesClient's. */
+  constructor(name, { url, token, ca, logger, correlator, transport, maxSockets } = {}) {
     this.name = name;
-    this.client = new QueuesClient({ url, token, ca, logger, correlator, transport });
+    this.client = new QueuesClient({ url, token, ca, logger, correlator, transport, maxSockets });
   }
 
   get workers() {

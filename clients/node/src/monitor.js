@@ -5,10 +5,10 @@
 import { Api, seg } from "./api.js";
 
 export class FlowMonitor {
-  /** @param {{url?: string, token?: string, ca?: string | Buffer | Array<string | Buffer>, logger?: object, dogStatsD?: {gauge: Function}, intervalMs?: number, transport?: "lean" | "node"}} options
+  /** @param {{url?: string, token?: string, ca?: string | Buffer | Array<string | Buffer>, logger?: object, dogStatsD?: {gauge: Function}, intervalMs?: number, transport?: "lean" | "node", maxSockets?: number}} options
    * `url`, `token` and `ca` as QueuesClient's (a read token is enough: it only reads). */
-  constructor({ url, token, ca, logger, dogStatsD, intervalMs = 1000, transport } = {}) {
-    this.api = new Api(url, { transport, token, ca });
+  constructor({ url, token, ca, logger, dogStatsD, intervalMs = 1000, transport, maxSockets } = {}) {
+    this.api = new Api(url, { transport, token, ca, maxSockets });
     this.logger = logger;
     this.dogStatsD = dogStatsD;
     this.intervalMs = intervalMs;

@@ -13,6 +13,10 @@
 // client's CPU per request in the request ceiling of bench/flows/bench.mjs.
 //
 // Everything read from the server is bounded: the reply head, a chunk-size line, the body.
+// So are the connections: at most `maxSockets` to the server, and requests beyond them wait
+// in line for the next one free. Without a bound a burst of calls (a Promise.all over a few
+// hundred ids) opens a connection each, and connects past the listener's accept queue are
+// dropped and retried by the kernel a second later.
 
 import net from "node:net";
 
@@ -30,6 +34,10 @@ const IDLE_REUSE_MS = 30_000;
  * the operating system's own connect timeout, about two minutes on Linux. Long enough
  * for any link a job server is used over. */
 export const CONNECT_TIMEOUT_MS = 10_000;
+/** Connections to the server when the caller does not say: enough for the calls an
+ * application makes at once, well within a listener's accept queue. A client that runs
+ * workers adds one per worker (each holds a connection through its long poll). */
+export const DEFAULT_MAX_SOCKETS = 64;
 
 const CRLF = Buffer.from("\r\n");
 const HEAD_END = Buffer.from("\r\n\r\n");
@@ -48,10 +56,14 @@ export class TransportError extends Error {
   }
 }
 
-/** Requests to one host and port, on connections kept and reused (most recent first).
+/** Requests to one host and port, on at most `maxSockets` connections, kept and reused
+ * (most recent first); further requests wait for one in the order they came.
  * `authorization` (e.g. "Bearer <token>") is sent with every request. */
 export class HttpTransport {
-  constructor(hostname, port, hostHeader, { connectTimeoutMs = CONNECT_TIMEOUT_MS, authorization } = {}) {
+  constructor(hostname, port, hostHeader, { connectTimeoutMs = CONNECT_TIMEOUT_MS, authorization, maxSockets = DEFAULT_MAX_SOCKETS } = {}) {
+    if (!Number.isInteger(maxSockets) || maxSockets < 1) {
+      throw new TypeError(`maxSockets must be a whole number of at least 1, got ${maxSockets}`);
+    }
     this.hostname = hostname;
     this.port = port;
     this.hostHeader = hostHeader;
@@ -59,7 +71,12 @@ export class HttpTransport {
     this.fixedHeaders = `host: ${hostHeader}\r\naccept: application/json\r\n`
       + (authorization === undefined ? "" : `authorization: ${authorization}\r\n`);
     this.connectTimeoutMs = connectTimeoutMs;
+    this.maxSockets = maxSockets;
+    /** Connections open or opening, busy or idle. */
+    this.connections = 0;
     this.idle = [];
+    /** Requests waiting for a connection, first come first served. */
+    this.waiting = [];
     this.closed = false;
   }
 
@@ -80,10 +97,8 @@ export class HttpTransport {
 
   send(method, bytes, signal, mayRetry) {
     const conn = this.take();
-    return new Promise((resolve, reject) => {
-      conn.start(method, resolve, reject, signal);
-      conn.socket.write(bytes);
-    }).catch((e) => {
+    const sent = conn ? exchange(conn, method, bytes, signal) : this.wait(method, bytes, signal);
+    return sent.catch((e) => {
       // A kept connection the server closed just as it was reused: the request never
       // reached it. Sent again on a fresh connection only when repeating it is harmless.
       if (mayRetry && e.staleConnection && IDEMPOTENT.has(method) && !this.closed) {
@@ -93,7 +108,8 @@ export class HttpTransport {
     });
   }
 
-  /** A kept connection still open and not idle too long, or a new one. */
+  /** A kept connection still open and not idle too long, or a new one while there are
+   * fewer than `maxSockets`; null when every connection is busy. */
   take() {
     const now = Date.now();
     while (this.idle.length) {
@@ -105,12 +121,45 @@ export class HttpTransport {
       }
       conn.destroy();
     }
+    return this.connections < this.maxSockets ? this.connect() : null;
+  }
+
+  connect() {
+    this.connections++;
     return new Connection(this);
+  }
+
+  /** A request in line for a connection; an abort takes it out of the line. */
+  wait(method, bytes, signal) {
+    return new Promise((resolve, reject) => {
+      const waiter = { method, bytes, signal, resolve, reject, unlisten: null };
+      if (signal) {
+        const onAbort = () => {
+          const i = this.waiting.indexOf(waiter);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(abortError());
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+        waiter.unlisten = () => signal.removeEventListener("abort", onAbort);
+      }
+      this.waiting.push(waiter);
+    });
+  }
+
+  /** Sends the first request in line on `conn`. */
+  handTo(conn) {
+    const waiter = this.waiting.shift();
+    waiter.unlisten?.();
+    exchange(conn, waiter.method, waiter.bytes, waiter.signal).then(waiter.resolve, waiter.reject);
   }
 
   /** Called by a connection whose reply was read whole and may carry another request. */
   release(conn) {
     if (this.closed) return conn.destroy();
+    if (this.waiting.length) {
+      conn.reused = true;
+      return this.handTo(conn);
+    }
     conn.idleSince = Date.now();
     // An idle kept connection does not keep the process alive (node:http's agent does
     // the same).
@@ -118,9 +167,14 @@ export class HttpTransport {
     this.idle.push(conn);
   }
 
+  /** Called once by a connection that closed: its place goes to the first request in line. */
   forget(conn) {
     const i = this.idle.indexOf(conn);
     if (i >= 0) this.idle.splice(i, 1);
+    this.connections--;
+    if (this.waiting.length && !this.closed && this.connections < this.maxSockets) {
+      this.handTo(this.connect());
+    }
   }
 
   /** Closes the kept idle connections; later requests open new ones. */
@@ -133,7 +187,19 @@ export class HttpTransport {
   close() {
     this.closed = true;
     this.dropIdle();
+    for (const waiter of this.waiting.splice(0)) {
+      waiter.unlisten?.();
+      waiter.reject(new TransportError("ERR_CLOSED", "the client was closed"));
+    }
   }
+}
+
+/** Sends `bytes` on `conn`; resolves to the reply. */
+function exchange(conn, method, bytes, signal) {
+  return new Promise((resolve, reject) => {
+    conn.start(method, resolve, reject, signal);
+    conn.socket.write(bytes);
+  });
 }
 
 /** One TCP connection and the reply it is reading, if any. */
@@ -141,6 +207,8 @@ class Connection {
   constructor(transport) {
     this.transport = transport;
     this.open = true;
+    /** Whether it still holds one of the transport's `maxSockets` places. */
+    this.counted = true;
     this.reused = false;
     this.idleSince = 0;
     this.reply = null;
@@ -198,7 +266,7 @@ class Connection {
 
   onGone(error) {
     this.open = false;
-    this.transport.forget(this);
+    this.leave();
     const reply = this.reply;
     if (!reply) return;
     // A reply without a length ends where the connection does.
@@ -225,8 +293,15 @@ class Connection {
 
   destroy() {
     this.open = false;
-    this.transport.forget(this);
+    this.leave();
     this.socket.destroy();
+  }
+
+  /** Gives its place back to the transport, once (a socket reports an error and a close). */
+  leave() {
+    if (!this.counted) return;
+    this.counted = false;
+    this.transport.forget(this);
   }
 }
 
