@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use jobyard_broker::ProtocolMetrics;
-use jobyard_engine::{Engine, Job, Millis, QueueId};
+use jobyard_engine::{Engine, Job, Millis, Queue, QueueId};
 
 /// The commands beanstalkd counts, in `stats` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,10 +161,12 @@ impl Stats {
     }
 }
 
-/// The `stats-tube` YAML (14 keys).
+/// The `stats-tube` YAML: beanstalkd's 14 keys, then, only for a tube whose policy sets
+/// them, `lease-limit`, `rate-limit` and `rate-limit-tokens` (after beanstalkd's keys, so
+/// clients that read the dict by name or position keep working).
 pub fn tube_yaml(engine: &Engine, q: QueueId, now: Millis) -> String {
     let t = engine.queue(q);
-    format!(
+    let mut y = format!(
         "---\nname: {}\ncurrent-jobs-urgent: {}\ncurrent-jobs-ready: {}\n\
          current-jobs-reserved: {}\ncurrent-jobs-delayed: {}\ncurrent-jobs-buried: {}\n\
          total-jobs: {}\ncurrent-using: {}\ncurrent-watching: {}\ncurrent-waiting: {}\n\
@@ -183,7 +185,20 @@ pub fn tube_yaml(engine: &Engine, q: QueueId, now: Millis) -> String {
         t.cmd_pause,
         if t.is_paused(now) { t.pause_secs } else { 0 },
         engine.pause_left_secs(q, now),
-    )
+    );
+    policy_keys(&mut y, t, now);
+    y
+}
+
+/// The keys of a tube's policy, each only when set: a tube nobody configured keeps
+/// exactly beanstalkd's keys.
+fn policy_keys(y: &mut String, t: &Queue, now: Millis) {
+    if t.lease_limit > 0 {
+        let _ = writeln!(y, "lease-limit: {}", t.lease_limit);
+    }
+    if let (Some(limit), Some(tokens)) = (t.rate_limit(), t.rate_tokens(now)) {
+        let _ = writeln!(y, "rate-limit: \"{limit}\"\nrate-limit-tokens: {tokens}");
+    }
 }
 
 /// The `stats-job` YAML (14 keys).
@@ -258,4 +273,37 @@ fn random_id() -> String {
     );
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobyard_engine::EngineCore;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn keys(yaml: &str) -> Vec<&str> {
+        yaml.lines()
+            .skip(1)
+            .map(|l| l.split(':').next().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_tube_shows_its_policy_after_beanstalkds_keys_and_only_when_set() {
+        let mut e = EngineCore::new();
+        let q = e.queue_id_or_create(b"t");
+        e.pin(q);
+        let plain = tube_yaml(&e, q, T0);
+        assert_eq!(keys(&plain).len(), 14);
+        e.set_lease_limit(q, 4, T0);
+        e.set_rate_limit(q, Some("10/s".parse().unwrap()), T0);
+        let limited = tube_yaml(&e, q, T0);
+        assert!(limited.starts_with(&plain));
+        assert_eq!(
+            &keys(&limited)[14..],
+            ["lease-limit", "rate-limit", "rate-limit-tokens"]
+        );
+        assert!(limited.ends_with("lease-limit: 4\nrate-limit: \"10/s\"\nrate-limit-tokens: 10\n"));
+    }
 }

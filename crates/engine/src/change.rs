@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::{JobEnd, JobId, Millis};
+use crate::{JobEnd, JobId, Millis, QueuePolicy};
 
 /// The state a job is created in (by a put, or by a snapshot that re-creates it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,4 +65,7 @@ pub enum Change {
     /// A flow transition or definition ([`crate::flows::FlowChange`], as bytes): every flow
     /// job one transition changed, whole, in one record.
     Flow(Bytes),
+    /// A queue's whole policy, after one of its parts changed (the default policy: the
+    /// queue no longer has one).
+    Policy { queue: Bytes, policy: QueuePolicy },
 }

@@ -1,4 +1,4 @@
-//! Time: what happens when a delay, lease, pause or wait runs out.
+//! Time: what happens when a delay, lease, pause, rate limit's wait or reserve's wait runs out.
 
 use crate::notice::{Notice, NoticeKind};
 use crate::timers::Timer;
@@ -31,6 +31,7 @@ impl Engine {
                     self.to_serve.push(q);
                     self.drop_queue_if_unreferenced(q);
                 }
+                Timer::RateToken(q) => self.rate_token_due(q),
                 Timer::WaitTimeout(conn) => self.end_wait(conn, NoticeKind::TimedOut),
                 Timer::DeadlineSoon(conn) => self.end_wait(conn, NoticeKind::DeadlineSoon),
             }

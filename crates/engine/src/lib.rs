@@ -31,8 +31,10 @@ mod lease_timing;
 mod leases;
 mod listing;
 mod notice;
+mod policy;
 mod queue;
 mod queues;
+mod rate;
 mod recovery;
 mod routing;
 mod states;
@@ -48,7 +50,9 @@ pub use jobs::{NewJob, PutOutcome, KEEP_DROPPED_LIST};
 pub use lease_timing::{LeaseEnd, LeaseOutcome};
 pub use listing::{Cursor, Page};
 pub use notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
+pub use policy::{Pause, QueuePolicy};
 pub use queue::{Queue, QueueId};
+pub use rate::{BadRateLimit, RateLimit};
 pub use waits::{Lease, ReserveOutcome, WaitMode};
 
 /// Identifies a job for its whole life; never reused, and continued across restarts.

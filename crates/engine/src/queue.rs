@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
+use crate::rate::RateBucket;
 use crate::{ConnId, JobId, Millis};
 
 /// Index of a queue in the engine's queue table. Stable while the queue exists.
@@ -29,6 +30,8 @@ pub struct Queue {
     pub pause_secs: u32,
     /// At most this many jobs leased at once (0: no limit).
     pub lease_limit: u32,
+    /// The rate limit's token bucket, if the queue has one ([`crate::QueuePolicy`]).
+    pub(crate) rate: Option<RateBucket>,
     /// Connections that put into this queue by default (beanstalkd `use`).
     pub producers: u32,
     /// Connections that take from this queue (beanstalkd `watch`, Gearman `CAN_DO`).
@@ -59,6 +62,7 @@ impl Queue {
             paused_until: 0,
             pause_secs: 0,
             lease_limit: 0,
+            rate: None,
             producers: 0,
             consumers: 0,
             pins: 0,
@@ -107,5 +111,6 @@ impl Queue {
             && self.waiters.is_empty()
             && self.paused_until != crate::PAUSED_FOREVER
             && self.lease_limit == 0
+            && self.rate.is_none()
     }
 }

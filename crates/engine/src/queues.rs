@@ -1,4 +1,5 @@
-//! Queue operations: naming, references that keep a queue alive, pauses, lease limits.
+//! Queue operations: naming, references that keep a queue alive, pauses, lease limits
+//! (each logged as the queue's whole policy: see `policy.rs`).
 
 use bytes::Bytes;
 
@@ -86,6 +87,7 @@ impl Engine {
         if queue.paused_until > 0 && queue.paused_until != PAUSED_FOREVER {
             self.timers.remove(queue.paused_until, Timer::Unpause(q));
         }
+        self.log_forgotten_policy(&queue);
         self.by_name.remove(&queue.name);
         if let Some(pos) = self.order.iter().position(|&x| x == q) {
             self.order.swap_remove(pos);
@@ -93,8 +95,10 @@ impl Engine {
         self.free_queue_slots.push(q);
     }
 
-    /// Pauses handing out jobs from a queue for `secs` seconds (0 resumes now).
+    /// Pauses handing out jobs from a queue for `secs` seconds (0 resumes now). Logged
+    /// with its end time, so it outlasts a restart.
     pub fn pause(&mut self, q: QueueId, secs: u32, now: Millis) {
+        let before = self.queue(q).policy();
         self.cancel_unpause(q);
         let until = now + secs as Millis * 1000;
         let queue = self.queue_mut(q);
@@ -108,32 +112,36 @@ impl Engine {
             queue.paused_until = until;
             self.timers.add(until, Timer::Unpause(q));
         }
+        self.policy_changed(q, before);
         self.serve_waiters(now);
     }
 
     /// Pauses a queue until [`Engine::resume`] (an operator's pause, jobd's `pause`).
-    /// Jobs are still accepted; none is handed out. Not logged: like beanstalkd's
-    /// `pause-tube`, a pause ends with the process.
+    /// Jobs are still accepted; none is handed out. Logged, so it outlasts a restart.
     pub fn pause_forever(&mut self, q: QueueId) {
+        let before = self.queue(q).policy();
         self.cancel_unpause(q);
         let queue = self.queue_mut(q);
         queue.cmd_pause += 1;
         queue.pause_secs = u32::MAX;
         queue.paused_until = PAUSED_FOREVER;
+        self.policy_changed(q, before);
     }
 
     /// Ends a pause of either kind now, and hands out what waiters can take.
     pub fn resume(&mut self, q: QueueId, now: Millis) {
+        let before = self.queue(q).policy();
         self.cancel_unpause(q);
         let queue = self.queue_mut(q);
         queue.paused_until = 0;
         queue.pause_secs = 0;
+        self.policy_changed(q, before);
         self.to_serve.push(q);
         self.serve_waiters(now);
         self.drop_queue_if_unreferenced(q);
     }
 
-    fn cancel_unpause(&mut self, q: QueueId) {
+    pub(crate) fn cancel_unpause(&mut self, q: QueueId) {
         let old = self.queue(q).paused_until;
         if old > 0 && old != PAUSED_FOREVER {
             self.timers.remove(old, Timer::Unpause(q));
@@ -148,9 +156,11 @@ impl Engine {
     /// Limits how many jobs of a queue may be leased at once (0: no limit): a jobd
     /// target's concurrency, a flow stage's or WMP queue's. The engine enforces it where it
     /// picks a job, so every protocol's reserve respects it, and serves waiters again when a
-    /// lease ends or the limit grows.
+    /// lease ends or the limit grows. Logged as part of the queue's policy.
     pub fn set_lease_limit(&mut self, q: QueueId, limit: u32, now: Millis) {
+        let before = self.queue(q).policy();
         self.queue_mut(q).lease_limit = limit;
+        self.policy_changed(q, before);
         self.to_serve.push(q);
         self.serve_waiters(now);
     }

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::change::{Change, PutState};
 use crate::job::{Body, Job, JobState, LogRef};
+use crate::policy::POLICIES_SLOT;
 use crate::{Engine, JobId};
 
 impl Engine {
@@ -19,6 +20,8 @@ impl Engine {
     /// body's place is given keeps only the place (see [`Engine::body_written`]), without
     /// ever holding a copy of the body.
     pub(crate) fn replay_placed(&mut self, change: Change, place: Option<LogRef>) {
+        // Replaying is never itself a change: what forgetting a queue would log is dropped.
+        let logged = self.changes.len();
         match change {
             Change::Put {
                 id,
@@ -115,7 +118,9 @@ impl Engine {
                 }
             }
             Change::Flow(bytes) => self.replay_flow(&bytes),
+            Change::Policy { queue, policy } => self.replay_policy(&queue, policy),
         }
+        self.changes.truncate(logged);
         self.to_serve.clear();
     }
 
@@ -155,7 +160,8 @@ impl Engine {
     }
 
     /// `Put` changes for those of `ids` that still exist and are durable, each in its
-    /// current state (leased jobs as ready), and flow records for the flow slots.
+    /// current state (leased jobs as ready), flow records for the flow slots, and the
+    /// queues' policies with the first slot.
     ///
     /// Panics if one of the jobs' bodies is only in the log: a caller that moves bodies to
     /// the log ([`Engine::body_written`]) uses [`Engine::snapshot_of_split`].
@@ -187,7 +193,12 @@ impl Engine {
                     }
                     out.push(self.put_change(job, state));
                 }
-                _ => self.flow_snapshot_of(id, &mut out),
+                _ => {
+                    if id == POLICIES_SLOT {
+                        self.policy_snapshot(&mut out);
+                    }
+                    self.flow_snapshot_of(id, &mut out)
+                }
             }
         }
         (out, in_log)

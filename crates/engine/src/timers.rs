@@ -16,6 +16,8 @@ pub(crate) enum Timer {
     Lease(JobId),
     /// A paused queue resumes.
     Unpause(QueueId),
+    /// A rate-limited queue has a token again for its waiters.
+    RateToken(QueueId),
     /// A blocked reserve gives up.
     WaitTimeout(ConnId),
     /// A blocked reserve's holder has a lease about to end.

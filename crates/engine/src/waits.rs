@@ -136,6 +136,8 @@ impl Engine {
         }
         for &q in queues {
             self.queue_mut(q).waiters.push_back(conn);
+            // A ready job held back only by the rate: wake the wait when a token is due.
+            self.arm_rate_timer(q, now);
         }
         let mut list = self.spare_wait_lists.pop().unwrap_or_default();
         list.extend_from_slice(queues);
@@ -202,7 +204,7 @@ impl Engine {
         let mut best: Option<(u32, JobId)> = None;
         for &q in queues {
             let queue = self.queue(q);
-            if queue.is_paused(now) || !queue.has_lease_room() {
+            if queue.is_paused(now) || !queue.has_lease_room() || !queue.has_rate_token(now) {
                 continue;
             }
             if let Some(head) = queue.head() {
@@ -230,7 +232,11 @@ impl Engine {
         job.due = due;
         job.reserves += 1;
         let q = job.queue;
-        self.queue_mut(q).reserved += 1;
+        let queue = self.queue_mut(q);
+        queue.reserved += 1;
+        if let Some(bucket) = queue.rate.as_mut() {
+            bucket.take(now);
+        }
         if due > 0 {
             self.timers.add(due, Timer::Lease(id));
         }
@@ -260,6 +266,9 @@ impl Engine {
             let Some(&conn) = queue.waiters.front() else {
                 return;
             };
+            if !queue.has_rate_token(now) {
+                return self.arm_rate_timer(q, now);
+            }
             let wait = self.take_wait(conn).expect("waiter has a wait");
             let (mode, lease) = (wait.mode, wait.lease);
             if mode == WaitMode::WakeOnly {

@@ -2,7 +2,7 @@
 //! an error, never a panic (a fuzz target holds it to that).
 
 use bytes::{BufMut, Bytes};
-use jobyard_engine::{Change, EndStatus, JobEnd, PutState};
+use jobyard_engine::{Change, EndStatus, JobEnd, Pause, PutState, QueuePolicy, RateLimit};
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -29,6 +29,9 @@ const SEGMENT_END: u8 = 0xE0;
 const ROUTE: u8 = 10;
 /// A flow transition or definition: opaque bytes the engine encodes (`flows::FlowChange`).
 const FLOW: u8 = 11;
+/// A queue's whole policy (lease limit, pause, rate limit). A policy that gains fields gets
+/// a record type of its own, as `PUT_EXT` did, so this one's bytes never change meaning.
+const POLICY: u8 = 12;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -216,7 +219,53 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             out.put_u8(FLOW);
             put_opt_bytes(out, Some(bytes));
         }
+        Change::Policy { queue, policy } => encode_policy(queue, policy, out),
     }
+}
+
+/// The queue's name, its lease limit, its pause (kind 0 off, 1 until a time, 2 for ever;
+/// then the end time and the seconds asked for) and its rate limit (count per
+/// milliseconds; a count of 0 is none).
+fn encode_policy(queue: &[u8], policy: &QueuePolicy, out: &mut Vec<u8>) {
+    out.put_u8(POLICY);
+    put_opt_bytes(out, Some(queue));
+    out.put_u32_le(policy.lease_limit);
+    let (kind, at, secs) = match policy.pause {
+        Pause::Off => (0, 0, 0),
+        Pause::Until { at, secs } => (1, at, secs),
+        Pause::Forever => (2, 0, 0),
+    };
+    out.put_u8(kind);
+    out.put_u64_le(at);
+    out.put_u32_le(secs);
+    let (count, per_ms) = policy.rate_limit.map_or((0, 0), |r| (r.count, r.per_ms));
+    out.put_u32_le(count);
+    out.put_u64_le(per_ms);
+}
+
+fn decode_policy(r: &mut Reader<'_>) -> Result<Change, DecodeError> {
+    let queue = r.opt_bytes()?.ok_or(DecodeError::Truncated)?;
+    let lease_limit = r.u32()?;
+    let (kind, at, secs) = (r.u8()?, r.u64()?, r.u32()?);
+    let pause = match kind {
+        0 => Pause::Off,
+        1 => Pause::Until { at, secs },
+        2 => Pause::Forever,
+        other => return Err(DecodeError::BadState(other)),
+    };
+    let (count, per_ms) = (r.u32()?, r.u64()?);
+    let rate_limit = match count {
+        0 => None,
+        _ => Some(RateLimit::new(count, per_ms).ok_or(DecodeError::BadState(0))?),
+    };
+    Ok(Change::Policy {
+        queue: Bytes::copy_from_slice(queue),
+        policy: QueuePolicy {
+            lease_limit,
+            pause,
+            rate_limit,
+        },
+    })
 }
 
 /// Optional bytes: a u32 length (`u32::MAX` = none), then the bytes.
@@ -402,6 +451,7 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
             let bytes = r.opt_bytes()?.ok_or(DecodeError::Truncated)?;
             Change::Flow(Bytes::copy_from_slice(bytes))
         }
+        POLICY => decode_policy(&mut r)?,
         other => return Err(DecodeError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -549,7 +599,56 @@ mod tests {
                 attrs: None,
             },
             Change::Flow(Bytes::from_static(b"{\"define\":{}}")),
+            Change::Policy {
+                queue: Bytes::from_static(b"emails"),
+                policy: QueuePolicy {
+                    lease_limit: 4,
+                    pause: Pause::Until {
+                        at: 1_700_000_060_000,
+                        secs: 60,
+                    },
+                    rate_limit: Some("10/s".parse().unwrap()),
+                },
+            },
+            Change::Policy {
+                queue: Bytes::from_static(b"q"),
+                policy: QueuePolicy {
+                    pause: Pause::Forever,
+                    ..QueuePolicy::default()
+                },
+            },
+            Change::Policy {
+                queue: Bytes::from_static(b"q"),
+                policy: QueuePolicy::default(),
+            },
         ]
+    }
+
+    #[test]
+    fn a_policy_record_has_its_pinned_layout() {
+        let mut buf = Vec::new();
+        let policy = QueuePolicy {
+            lease_limit: 2,
+            pause: Pause::Forever,
+            rate_limit: Some("600/m".parse().unwrap()),
+        };
+        let change = Change::Policy {
+            queue: Bytes::from_static(b"q"),
+            policy,
+        };
+        encode_change(&change, &mut buf);
+        let payload = &buf[FRAME_HEADER..];
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            POLICY, 1, 0, 0, 0, b'q', 2, 0, 0, 0,
+            2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            88, 2, 0, 0, 96, 234, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(payload, want);
+        assert_eq!(decode_change(payload), Ok(change));
+        let mut bad_pause = want.to_vec();
+        bad_pause[10] = 3;
+        assert_eq!(decode_change(&bad_pause), Err(DecodeError::BadState(3)));
     }
 
     /// A flow record's bytes are pinned: type 11, then the engine's bytes with a u32 length.
