@@ -55,7 +55,8 @@ impl Engine {
         if self.flows.by_engine.contains_key(&id) {
             return self.flow_lease_expired(id, owner, now);
         }
-        self.leave_state(id);
+        let stamp = self.leave_state(id);
+        self.lease_closed(id, owner, stamp, crate::LeaseClose::Expired, None);
         self.enter_ready(id);
         self.job_timeouts += 1;
         self.queue_mut(q).total_timeouts += 1;

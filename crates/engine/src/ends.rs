@@ -11,6 +11,7 @@ use crate::change::Change;
 use crate::job::{Job, JobState};
 use crate::lease_timing::LeaseOutcome;
 use crate::notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
+use crate::LeaseClose;
 use crate::{ConnId, Engine, JobId};
 
 impl Engine {
@@ -32,6 +33,12 @@ impl Engine {
             _ => return false,
         }
         let (job, stamp) = self.remove_job_with_lease(id);
+        let how = match end.status {
+            EndStatus::Failed => LeaseClose::Failed,
+            EndStatus::Ok => LeaseClose::Ok,
+            EndStatus::Deleted => LeaseClose::Deleted,
+        };
+        self.lease_closed(id, conn, stamp, how, end.error.as_ref());
         let outcome = match end.status {
             EndStatus::Failed => LeaseOutcome::Failed,
             EndStatus::Ok | EndStatus::Deleted => LeaseOutcome::Ok,

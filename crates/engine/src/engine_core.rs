@@ -103,6 +103,12 @@ impl EngineCore {
         self.engine.take_lease_ends()
     }
 
+    /// Takes every lease that ended since the last call, with how it ended, in order.
+    #[inline]
+    pub fn take_lease_closes(&mut self) -> std::vec::Drain<'_, crate::LeaseClosed> {
+        self.engine.take_lease_closes()
+    }
+
     /// Keeps the bodies learned written in one turn in memory until later turns bring
     /// newer ones, up to `bytes`; 0, the default, drops each as soon as it is written.
     #[inline]

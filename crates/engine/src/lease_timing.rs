@@ -69,6 +69,9 @@ pub(crate) struct LeaseTiming {
     pub(crate) unstamped: Vec<(ConnId, JobId)>,
     /// Completed leases not taken yet.
     pub(crate) ends: Vec<LeaseEnd>,
+    /// Every ended lease not taken yet, with how it ended ([`crate::attempts`]); the caller
+    /// takes them after each operation, whatever [`Engine::has_lease_timing_work`] says.
+    pub(crate) closed: Vec<crate::LeaseClosed>,
 }
 
 impl Engine {
@@ -79,6 +82,7 @@ impl Engine {
         if !on {
             self.timing.unstamped.clear();
             self.timing.ends.clear();
+            self.timing.closed.clear();
         }
     }
 

@@ -7,6 +7,7 @@ use crate::lease_timing::LeaseOutcome;
 use crate::queue::QueueId;
 use crate::timers::Timer;
 use crate::waits::Lease;
+use crate::LeaseClose;
 use crate::{ConnId, Engine, JobId, Millis};
 
 impl Engine {
@@ -23,7 +24,8 @@ impl Engine {
         if !self.holds(conn, id) {
             return false;
         }
-        self.leave_state(id);
+        let stamp = self.leave_state(id);
+        self.lease_closed(id, conn, stamp, LeaseClose::Released, None);
         let job = self.jobs.get_mut(&id).expect("held job exists");
         job.pri = pri;
         job.delay = delay_secs;
@@ -52,6 +54,7 @@ impl Engine {
             return false;
         }
         let stamp = self.leave_state(id);
+        self.lease_closed(id, conn, stamp, LeaseClose::Buried, None);
         let q = self.jobs[&id].queue;
         self.lease_completed(q, stamp, LeaseOutcome::Failed);
         let job = self.jobs.get_mut(&id).expect("held job exists");
@@ -220,7 +223,8 @@ impl Engine {
         self.cancel_wait(conn);
         let _ = self.drop_watches(conn);
         if let Some(session) = self.sessions.remove(&conn) {
-            for id in session.reserved.into_keys() {
+            for (id, stamp) in session.reserved {
+                self.lease_closed(id, conn, Some(stamp), LeaseClose::Disconnected, None);
                 self.leave_state_unowned(id);
                 self.enter_ready(id);
             }

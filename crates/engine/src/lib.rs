@@ -15,6 +15,7 @@
 //! lease timing, body places, replay and snapshots. Front ends get an `&mut Engine` and no
 //! way back to the `EngineCore`, so none can drain changes past the log.
 
+mod attempts;
 mod change;
 mod clock;
 mod ends;
@@ -41,6 +42,7 @@ mod states;
 mod timers;
 mod waits;
 
+pub use attempts::{LeaseClose, LeaseClosed};
 pub use change::{Change, PutState};
 pub use engine::{Counts, Engine};
 pub use engine_core::EngineCore;

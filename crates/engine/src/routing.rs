@@ -30,6 +30,7 @@ impl Engine {
             return false;
         }
         let stamp = self.leave_state(id);
+        self.lease_closed(id, conn, stamp, crate::LeaseClose::Ok, None);
         let from = self.jobs[&id].queue;
         self.lease_completed(from, stamp, crate::LeaseOutcome::Ok);
         self.queue_mut(from).total_ok += 1;
