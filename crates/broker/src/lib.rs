@@ -12,9 +12,11 @@
 //! well past the live data, opens storage ([`Broker::open`]) and keeps the server's one
 //! metrics registry ([`Broker::metrics`]).
 
+pub mod attempts;
 pub mod budget;
 mod dropped;
 mod durability;
+pub mod history;
 pub mod labelled;
 pub mod lease_latency;
 mod mailbox;
@@ -35,6 +37,7 @@ use jobyard_engine::{Body, ConnId, Engine, EngineCore, Job, JobId, Millis, Notic
 use jobyard_storage::{DirLock, Log};
 use tokio::sync::Notify;
 
+pub use attempts::Attempt;
 pub use durability::Compaction;
 pub use jobyard_storage::Lsn;
 pub use labelled::{FigureKind, LabelledMetrics, LabelledRow};
@@ -52,6 +55,8 @@ struct Core {
     mailboxes: HashMap<ConnId, mailbox::Sender>,
     /// Lease-to-complete histogram handles by queue id (see [`lease_latency`]).
     lease_handles: lease_latency::LeaseHandles,
+    /// Each job's last attempts (see [`attempts`]).
+    attempts: attempts::AttemptLog,
 }
 
 /// The shared live engine. Cheap to clone through an `Arc`.
@@ -72,6 +77,8 @@ pub struct Broker {
     metrics: Metrics,
     /// The front ends' workers and worker processes, for the operator.
     workers: Workers,
+    /// The last hours of every queue's figures, sampled once a second for the dashboard.
+    history: history::History,
     /// Origin of the monotonic microsecond clock that stamps leases.
     started: Instant,
     /// Held for as long as the broker lives: one server per data directory.
@@ -98,6 +105,7 @@ impl Broker {
                 engine,
                 mailboxes: HashMap::new(),
                 lease_handles: lease_latency::LeaseHandles::default(),
+                attempts: attempts::AttemptLog::default(),
             }),
             log,
             data_dir,
@@ -110,6 +118,7 @@ impl Broker {
             compaction,
             metrics: Metrics::default(),
             workers: Workers::default(),
+            history: history::History::default(),
             started: Instant::now(),
             dir_lock: Mutex::new(None),
         })
@@ -134,6 +143,11 @@ impl Broker {
     /// dashboard lists).
     pub fn workers(&self) -> &Workers {
         &self.workers
+    }
+
+    /// The sampled history of every queue's figures (see [`history`]).
+    pub fn history(&self) -> &history::History {
+        &self.history
     }
 
     /// Every queue's lease-to-complete histograms, sorted by queue name. Histograms of
@@ -254,9 +268,11 @@ impl Broker {
         }
     }
 
-    /// Starts the clock and the compaction check. Call once, inside a tokio runtime.
+    /// Starts the clock, the history sampler and the compaction check. Call once, inside a
+    /// tokio runtime.
     pub fn start(self: &Arc<Self>) {
         tokio::spawn(timers::run(self.clone()));
+        tokio::spawn(history::sampler::run(self.clone()));
         if self.log.is_some() {
             tokio::spawn(durability::compact_when_needed(self.clone()));
         }
@@ -349,6 +365,20 @@ pub struct Txn<'a> {
 }
 
 impl Txn<'_> {
+    /// A job's last attempts, oldest first, and whether it has ended (`None`: no attempt
+    /// known: never leased, or ended long enough ago to be forgotten).
+    pub fn attempts(&self, job: JobId) -> Option<(Vec<Attempt>, bool)> {
+        self.core.attempts.of(job)
+    }
+
+    /// When the lease now held on `job` began, wall-clock milliseconds (`None`: not leased,
+    /// or leased in a transaction not committed yet).
+    pub fn lease_began_ms(&self, job: JobId) -> Option<Millis> {
+        let stamp = self.core.engine.lease_started(job)?;
+        let lasted_ms = self.broker.lease_clock().saturating_sub(stamp) / 1000;
+        Some(Broker::now().saturating_sub(lasted_ms))
+    }
+
     /// A job's body, read back from the log when only the log holds it.
     pub fn body<'j>(&self, job: &'j Job) -> std::io::Result<Cow<'j, [u8]>> {
         match (&job.body, &self.broker.log) {
@@ -398,6 +428,14 @@ impl Txn<'_> {
             for end in core.engine.take_lease_ends() {
                 core.lease_handles.record(registry, &end, now);
             }
+        }
+        // Attempts: the clocks are read only for a transaction in which a lease ended.
+        core.attempts.buffer.extend(core.engine.take_lease_closes());
+        if !core.attempts.buffer.is_empty() {
+            let engine = &core.engine;
+            let now = self.broker.lease_clock();
+            core.attempts
+                .record(now, Broker::now(), |id| engine.job(id).is_some());
         }
         for notice in core.engine.take_notices() {
             if let Some(tx) = core.mailboxes.get(&notice.conn) {
