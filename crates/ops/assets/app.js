@@ -1,15 +1,10 @@
 // jobyard's dashboard: a page per view (#/ queues, #/queue/NAME/STATE, #/job/ID,
-// #/connections, and from workers.js #/workers and #/jobd), fed by the admin JSON API. Lists are paged by the server; nothing here
-// loads a whole queue.
+// #/connections, and from workers.js #/workers and #/jobd), fed by the admin JSON API; the
+// charts are charts.js's. Lists are paged by the server; nothing here loads a whole queue.
 "use strict";
 
 const API = "/admin/api";
 const REFRESH_MS = 2000;
-// Throughput history: jobs created per interval, kept for the last 10 minutes.
-const HISTORY = [];
-const HISTORY_SPAN_MS = 10 * 60 * 1000;
-let lastTotal = null;
-let lastAt = null;
 let timer = null;
 
 const $ = (sel) => document.querySelector(sel);
@@ -24,7 +19,8 @@ async function api(path, method = "GET") {
   const body = await res.json().catch(() => ({}));
   if (!res.ok) {
     const msg = body.error ? body.error.message : res.status + " " + res.statusText;
-    throw new Error(msg);
+    // The reply rides along: a finished job's 404 still carries its last attempts.
+    throw Object.assign(new Error(msg), { body });
   }
   return body;
 }
@@ -49,43 +45,8 @@ async function act(path, done) {
   }
 }
 
-function record(overview) {
-  const now = Date.now();
-  if (lastTotal !== null && now > lastAt) {
-    HISTORY.push({ at: now, perSec: ((overview.jobs_created - lastTotal) * 1000) / (now - lastAt) });
-  }
-  lastTotal = overview.jobs_created;
-  lastAt = now;
-  while (HISTORY.length && now - HISTORY[0].at > HISTORY_SPAN_MS) HISTORY.shift();
-}
-
-function chart(canvas) {
-  const ctx = canvas.getContext("2d");
-  const w = (canvas.width = canvas.clientWidth);
-  const h = (canvas.height = canvas.clientHeight);
-  ctx.clearRect(0, 0, w, h);
-  const max = Math.max(1, ...HISTORY.map((p) => p.perSec));
-  ctx.strokeStyle = "#2f6fdf";
-  ctx.lineWidth = 2;
-  ctx.beginPath();
-  const now = Date.now();
-  // The span shown grows with what has been seen since the page opened: at least a minute,
-  // at most the history kept, so a fresh page does not squeeze its data into one edge.
-  const span = Math.min(HISTORY_SPAN_MS, Math.max(60 * 1000, HISTORY.length ? now - HISTORY[0].at : 0));
-  HISTORY.forEach((p, i) => {
-    const x = w - ((now - p.at) / span) * w;
-    const y = h - 8 - (p.perSec / max) * (h - 24);
-    i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
-  });
-  ctx.stroke();
-  ctx.fillStyle = "#6b7585";
-  const last = span >= 120 * 1000 ? Math.round(span / 60000) + " min" : Math.round(span / 1000) + " s";
-  ctx.fillText("jobs created/s, last " + last + " (max " + max.toFixed(1) + ")", 8, 14);
-}
-
 async function queuesView() {
   const o = await api("/overview");
-  record(o);
   $("#status").textContent = num(o.jobs) + " jobs" + (o.draining ? " · draining" : "");
   const rows = o.queues
     .map(
@@ -98,16 +59,18 @@ async function queuesView() {
       <td class="num">${num(q.next_ready_age_s)} s</td></tr>`
     )
     .join("");
-  $("#view").innerHTML = `<h1>Queues</h1>
-    <div class="cards"><div class="card"><span class="muted">jobs</span><b id="total-jobs">${num(o.jobs)}</b></div>
+  // Drawn once, then refreshed in place: the charts keep their place while new ones load.
+  if (!$("#overview")) {
+    $("#view").innerHTML = `<div id="overview"><h1>Queues</h1><div id="overview-cards"></div>${chartsSection(null)}
+      <h2>Every queue, whatever protocol fills it</h2><div id="overview-queues"></div></div>`;
+  }
+  $("#overview-cards").innerHTML = `<div class="cards"><div class="card"><span class="muted">jobs</span><b id="total-jobs">${num(o.jobs)}</b></div>
     <div class="card"><span class="muted">queues</span><b>${num(o.queues.length)}</b></div>
-    <div class="card"><span class="muted">created since start</span><b>${num(o.jobs_created)}</b></div></div>
-    <canvas id="throughput"></canvas>
-    <h2>Every queue, whatever protocol fills it</h2>
-    <table id="queues"><tr><th>queue</th><th class="num">ready</th><th class="num">reserved</th><th class="num">delayed</th>
+    <div class="card"><span class="muted">created since start</span><b>${num(o.jobs_created)}</b></div></div>`;
+  $("#overview-queues").innerHTML = `<table id="queues"><tr><th>queue</th><th class="num">ready</th><th class="num">reserved</th><th class="num">delayed</th>
     <th class="num">buried</th><th class="num">waiting</th><th class="num">created</th><th class="num">completed</th>
     <th class="num">failed</th><th class="num">next ready age</th></tr>${rows}</table>`;
-  chart($("#throughput"));
+  await drawCharts(null);
 }
 
 async function queueView(name, state, after) {
@@ -131,9 +94,11 @@ async function queueView(name, state, after) {
         ? `<button id="resume" onclick="act('/queues/${enc(name)}/resume')">Resume</button>`
         : `<button id="pause" onclick="act('/queues/${enc(name)}/pause')">Pause</button>`
     } <button onclick="act('/queues/${enc(name)}/kick?bound=100')">Kick 100</button></div>
+    ${chartsSection(name)}
     <div class="tabs">${tabs}</div><h2></h2>
     <table id="jobs"><tr><th>id</th><th class="num">pri</th><th class="num">age</th><th class="num">reserves</th><th>body</th><th></th></tr>${rows ||
       '<tr><td colspan="6" class="muted">no jobs in this state</td></tr>'}</table><p>${more}</p>`;
+  await drawCharts(name);
 }
 
 function jobButtons(j) {
@@ -144,23 +109,47 @@ function jobButtons(j) {
   return b.join(" ");
 }
 
+const when = (ms) => new Date(ms).toLocaleTimeString();
+const took = (ms) => (ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s");
+
+// Each lease of the job: when, who held it (a connection or worker session), how it ended.
+function attemptsTable(j) {
+  const rows = (j.attempts || []).map(
+    (a, i) => `<tr data-attempt="${i}" data-ended="${esc(a.ended)}"><td>${when(a.started_ms)}</td>
+      <td class="num">${took(a.ended_ms - a.started_ms)}</td><td>session ${a.holder}</td>
+      <td class="ended-${esc(a.ended.replace(" ", "-"))}">${esc(a.ended)}</td><td class="body">${esc(a.error)}</td></tr>`
+  );
+  if (j.lease) {
+    rows.push(`<tr data-attempt="running" data-ended="running"><td>${when(j.lease.started_ms)}</td>
+      <td class="num">${took(Date.now() - j.lease.started_ms)}</td><td>session ${j.lease.holder}</td>
+      <td>running</td><td></td></tr>`);
+  }
+  const body = rows.join("") || '<tr><td colspan="5" class="muted">never leased</td></tr>';
+  return `<h2>Attempts <span class="muted">(the last ${16} kept)</span></h2>
+    <table id="attempts"><tr><th>began</th><th class="num">lasted</th><th>held by</th><th>ended</th><th>error</th></tr>${body}</table>`;
+}
+
 async function jobView(id) {
   let j;
   try {
-    j = await api(`/jobs/${id}`);
+    j = await api(`/jobs/${enc(id)}`);
   } catch (e) {
-    $("#view").innerHTML = `<h1>Job ${esc(id)}</h1><p class="muted">${esc(e.message)} — it may have finished.</p>`;
+    const ended = e.body && e.body.ended;
+    $("#view").innerHTML = `<h1>Job ${esc(id)}</h1><p class="muted">${
+      ended ? "It has ended; its last attempts:" : esc(e.message) + " — it may have finished long ago, or never existed."
+    }</p>${ended ? attemptsTable(e.body) : ""}`;
     return;
   }
   const field = (k, v) => `<dt>${k}</dt><dd>${v}</dd>`;
-  $("#view").innerHTML = `<h1>Job ${j.id}</h1><div class="bar">${jobButtons(j)}</div><dl>
+  $("#view").innerHTML = `<h1>Job ${j.id}</h1><div class="bar">${jobButtons(j)}</div><div class="job-detail"><dl>
     ${field("queue", `<a href="#/queue/${enc(j.queue)}/${j.state}">${esc(j.queue)}</a>`)}
     ${field("state", esc(j.state))}${field("priority", j.pri)}${field("age", num(j.age_s) + " s")}
     ${field("time left", num(j.time_left_s) + " s")}${field("ttr", j.ttr + " s")}${field("durable", j.durable)}
     ${field("attempts (reserves)", j.reserves)}${field("lease timeouts", j.timeouts)}${field("releases", j.releases)}
     ${field("buries / kicks", j.buries + " / " + j.kicks)}${field("size", num(j.size) + " B")}
     ${j.attrs ? field("attributes", `<span class="body">${esc(j.attrs)}</span>`) : ""}
-    ${field("body", `<span class="body">${esc(j.body_preview)}${j.size > 256 ? "…" : ""}</span>`)}</dl>`;
+    ${field("body", `<span class="body">${esc(j.body_preview)}${j.size > 256 ? "…" : ""}</span>`)}</dl>
+    <div>${attemptsTable(j)}</div></div>`;
 }
 
 async function connectionsView() {
@@ -212,6 +201,16 @@ async function whoami() {
   }
 }
 
+// The header's search: a job by its id, from every page.
+function findJob(event) {
+  event.preventDefault();
+  const id = $("#find-job").value.trim();
+  if (!/^[0-9]+$/.test(id)) return toast("a job id is a number", true);
+  if (location.hash === "#/job/" + id) route();
+  else location.hash = "#/job/" + id;
+}
+
 window.act = act;
+$("#find").addEventListener("submit", findJob);
 window.addEventListener("hashchange", route);
 whoami().then(route);

@@ -18,6 +18,8 @@ use jobyard_engine::{Cursor, Engine, Job, JobId, JobState, Millis};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::job_attempts;
+
 /// Largest page a listing returns.
 pub const MAX_PAGE: usize = 500;
 /// Bytes of a job's body shown in listings and job views.
@@ -36,7 +38,11 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
 }
 
 /// A JSON error with a stable code.
-struct ApiError(StatusCode, &'static str, String);
+pub(crate) struct ApiError(
+    pub(crate) StatusCode,
+    pub(crate) &'static str,
+    pub(crate) String,
+);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -45,7 +51,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn not_found(what: &str) -> ApiError {
+/// 404 with the `not_found` code.
+pub(crate) fn not_found(what: &str) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         "not_found",
@@ -53,7 +60,8 @@ fn not_found(what: &str) -> ApiError {
     )
 }
 
-fn bad_request(message: String) -> ApiError {
+/// 400 with the `bad_request` code.
+pub(crate) fn bad_request(message: String) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 
@@ -212,14 +220,31 @@ async fn queue_page(
     })))
 }
 
-async fn job_view(
-    State(broker): State<Arc<Broker>>,
-    Path(id): Path<JobId>,
-) -> Result<Json<Value>, ApiError> {
+/// A job with its attempts. A job that has ended is a 404 as ever, whose body also carries
+/// its last attempts (`"ended": true`) while the broker keeps them.
+async fn job_view(State(broker): State<Arc<Broker>>, Path(id): Path<JobId>) -> Response {
     let now = Broker::now();
     let txn = broker.lock();
-    let job = txn.job(id).ok_or_else(|| not_found("job"))?;
-    Ok(Json(job_json(&txn, job, now)))
+    let Some(job) = txn.job(id) else {
+        let gone = not_found("job").into_response();
+        return match job_attempts::of_ended_job(&txn, id) {
+            Some(attempts) => {
+                let body = json!({
+                    "error": { "code": "not_found", "message": "job not found" },
+                    "id": id,
+                    "ended": true,
+                    "attempts": attempts,
+                });
+                (StatusCode::NOT_FOUND, Json(body)).into_response()
+            }
+            None => gone,
+        };
+    };
+    let mut view = job_json(&txn, job, now);
+    let (attempts, lease) = job_attempts::of_live_job(&txn, job);
+    view["attempts"] = attempts;
+    view["lease"] = lease;
+    Json(view).into_response()
 }
 
 async fn job_action(

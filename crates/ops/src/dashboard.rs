@@ -1,4 +1,4 @@
-//! The web dashboard: four static files embedded in the binary (no build step, nothing
+//! The web dashboard: five static files embedded in the binary (no build step, nothing
 //! fetched from the network), which read everything from the admin JSON API.
 
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use jobyard_broker::Broker;
 const INDEX: &str = include_str!("../assets/index.html");
 const APP: &str = include_str!("../assets/app.js");
 const WORKERS: &str = include_str!("../assets/workers.js");
+const CHARTS: &str = include_str!("../assets/charts.js");
 const STYLE: &str = include_str!("../assets/style.css");
 
 pub(crate) fn routes() -> Router<Arc<Broker>> {
@@ -27,6 +28,10 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
         .route(
             "/ui/workers.js",
             get(|| async { page(WORKERS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/charts.js",
+            get(|| async { page(CHARTS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/ui/style.css",

@@ -1,0 +1,137 @@
+// The dashboard's charts: the server's own history (/admin/api/history, sampled once a
+// second) drawn as SVG by hand, overall or for one queue, over the last 5 minutes or hour.
+// Three charts: jobs put/completed/failed per second, depth by state, lease-to-complete
+// percentiles. Uses the helpers of app.js ($, esc, num, enc, api).
+"use strict";
+
+const WINDOWS = [
+  { s: 300, label: "5 min" },
+  { s: 3600, label: "1 hour" },
+];
+let chartWindow = 300;
+
+const CHARTS = [
+  {
+    id: "rates",
+    title: "jobs per second",
+    series: [
+      { k: "put", name: "put", color: "#2f6fdf" },
+      { k: "completed", name: "completed", color: "#2e9d5b" },
+      { k: "failed", name: "failed", color: "#c0392b" },
+    ],
+    fmt: (v) => (v >= 100 ? Math.round(v).toLocaleString("en-US") : v.toFixed(v >= 10 ? 0 : 1)),
+  },
+  {
+    id: "depth",
+    title: "jobs by state",
+    series: [
+      { k: "ready", name: "ready", color: "#2f6fdf" },
+      { k: "reserved", name: "reserved", color: "#e08a1e" },
+      { k: "delayed", name: "delayed", color: "#8e6fd8" },
+      { k: "buried", name: "buried", color: "#c0392b" },
+    ],
+    fmt: (v) => Math.round(v).toLocaleString("en-US"),
+  },
+  {
+    id: "latency",
+    title: "lease to complete",
+    series: [
+      { k: "p50_ms", name: "p50", color: "#2e9d5b" },
+      { k: "p95_ms", name: "p95", color: "#e08a1e" },
+      { k: "p99_ms", name: "p99", color: "#c0392b" },
+    ],
+    fmt: (v) => (v >= 1000 ? (v / 1000).toFixed(v >= 10000 ? 0 : 1) + " s" : v >= 10 ? Math.round(v) + " ms" : v.toFixed(1) + " ms"),
+  },
+];
+
+// A round number at or above `v`, for the top of an axis.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((m) => m >= v);
+}
+
+// One chart as an SVG string: lines over time (null values break a line), a legend with
+// each series' latest value, a y axis from 0 to a round maximum.
+function svgChart(chart, h) {
+  const W = 560, H = 170, L = 46, R = 10, T = 26, B = 20;
+  const t = h.t;
+  const t0 = t.length ? t[t.length - 1] - h.window_s : 0;
+  const t1 = t.length ? t[t.length - 1] : 1;
+  const x = (ts) => L + ((ts - t0) / Math.max(1, t1 - t0)) * (W - L - R);
+  const all = chart.series.flatMap((s) => h[s.k] || []).filter((v) => v !== null);
+  const top = niceMax(Math.max(0, ...all));
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const grid = [0, 0.5, 1]
+    .map((f) => `<line x1="${L}" x2="${W - R}" y1="${y(top * f)}" y2="${y(top * f)}" class="grid"/>
+      <text x="${L - 4}" y="${y(top * f) + 4}" text-anchor="end">${chart.fmt(top * f)}</text>`)
+    .join("");
+  const lines = chart.series
+    .map((s) => {
+      const vals = h[s.k] || [];
+      let d = "";
+      let pen = false;
+      vals.forEach((v, i) => {
+        if (v === null) return (pen = false);
+        d += (pen ? "L" : "M") + x(t[i]).toFixed(1) + "," + y(v).toFixed(1);
+        pen = true;
+      });
+      const max = Math.max(0, ...vals.filter((v) => v !== null));
+      return `<path d="${d}" stroke="${s.color}" data-series="${s.k}" data-max="${max}"/>`;
+    })
+    .join("");
+  let lx = L;
+  const legend = chart.series
+    .map((s) => {
+      const vals = (h[s.k] || []).filter((v) => v !== null);
+      const last = vals.length ? chart.fmt(vals[vals.length - 1]) : "–";
+      const item = `<rect x="${lx}" y="8" width="9" height="9" fill="${s.color}"/>
+        <text x="${lx + 13}" y="16">${s.name} ${last}</text>`;
+      lx += 26 + (s.name.length + last.length) * 6.5;
+      return item;
+    })
+    .join("");
+  const span = WINDOWS.find((w) => w.s === h.window_s);
+  return `<svg viewBox="0 0 ${W} ${H}" class="chart" data-chart="${chart.id}" role="img" aria-label="${chart.title}">
+    <text x="${W - R}" y="16" text-anchor="end" class="title">${chart.title}</text>${legend}${grid}
+    <text x="${L}" y="${H - 4}">−${span ? span.label : h.window_s + " s"}</text>
+    <text x="${W - R}" y="${H - 4}" text-anchor="end">now</text>
+    <g class="lines">${lines}</g></svg>`;
+}
+
+// The charts' section: a placeholder the page draws into once the history arrives.
+// The window switches are links, not buttons: a read-only token hides every button, and
+// looking is what it may do. The queue travels in a data attribute, never in script text.
+function chartsSection(queue) {
+  const buttons = WINDOWS.map(
+    (w) => `<a href="#" role="button" data-window="${w.s}" class="${w.s === chartWindow ? "on" : ""}"
+      onclick="return setChartWindow(${w.s}, this)">${w.label}</a>`
+  ).join("");
+  const who = queue === null ? "" : ` data-queue="${esc(queue)}"`;
+  return `<div class="bar charts-bar"${who}><b>${queue === null ? "All queues" : "Queue " + esc(queue)}</b>
+    <span class="muted">last</span>${buttons}</div><div id="charts" class="charts"></div>`;
+}
+
+async function drawCharts(queue) {
+  const where = $("#charts");
+  if (!where) return;
+  let h;
+  try {
+    h = await api(`/history?window=${chartWindow}${queue === null ? "" : "&queue=" + enc(queue)}`);
+  } catch (e) {
+    where.innerHTML = `<p class="muted">no history: ${esc(e.message)}</p>`;
+    return;
+  }
+  const now = $("#charts");
+  if (now) now.innerHTML = CHARTS.map((c) => svgChart(c, h)).join("");
+}
+
+function setChartWindow(s, button) {
+  const queue = button.closest(".charts-bar").dataset.queue ?? null;
+  chartWindow = s;
+  document.querySelectorAll(".charts-bar a").forEach((b) => b.classList.toggle("on", +b.dataset.window === s));
+  drawCharts(queue);
+  return false;
+}
+
+window.setChartWindow = setChartWindow;
