@@ -6,6 +6,7 @@
 
 mod dropin;
 mod malloc_tuning;
+mod package_files;
 mod run;
 mod settings;
 
@@ -64,6 +65,9 @@ enum Cmd {
     WmpWorker(dropin::wmp::WorkerArgs),
     /// Run a 14/WMP device between workers and several managers.
     WmpDevice(dropin::wmp::DeviceArgs),
+    /// Write the man pages and shell completions into OUT_DIR (for packagers).
+    #[command(hide = true)]
+    PackageFiles { out_dir: std::path::PathBuf },
 }
 
 fn main() {
@@ -98,6 +102,9 @@ fn main() {
             Cmd::Jobctl { args } => std::process::exit(dropin::jobd::jobctl(args)),
             Cmd::WmpWorker(args) => std::process::exit(dropin::wmp::worker(args)),
             Cmd::WmpDevice(args) => std::process::exit(dropin::wmp::device(args)),
+            Cmd::PackageFiles { out_dir } => {
+                std::process::exit(package_files::write(Cli::command(), &out_dir))
+            }
         }
     };
     malloc_tuning::for_server();
