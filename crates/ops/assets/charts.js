@@ -51,20 +51,33 @@ function niceMax(v) {
   return [1, 2, 2.5, 5, 10].map((m) => m * p).find((m) => m >= v);
 }
 
-// One chart as an SVG string: lines over time (null values break a line), a legend with
-// each series' latest value, a y axis from 0 to a round maximum.
-function svgChart(chart, h) {
-  const W = 560, H = 170, L = 46, R = 10, T = 26, B = 20;
+// The span a chart covers: the window asked for, or less while the server is younger than
+// it (at least a minute), so a fresh server's first minutes are not squeezed into an edge.
+function chartSpan(h) {
   const t = h.t;
-  const t0 = t.length ? t[t.length - 1] - h.window_s : 0;
-  const t1 = t.length ? t[t.length - 1] : 1;
+  if (!t.length) return { t0: 0, t1: 1 };
+  const t1 = t[t.length - 1];
+  return { t0: Math.max(t1 - h.window_s, Math.min(t[0] - h.step_s, t1 - 60)), t1 };
+}
+
+function spanLabel(s) {
+  return s >= 120 ? Math.round(s / 60) + " min" : Math.round(s) + " s";
+}
+
+// One chart as an SVG string `W` pixels wide (drawn at its real size, so text stays
+// legible): lines over time (null values break a line), a legend with each series' latest
+// value, a y axis from 0 to a round maximum.
+function svgChart(chart, h, W) {
+  const H = 190, L = 50, R = 12, T = 44, B = 20;
+  const t = h.t;
+  const { t0, t1 } = chartSpan(h);
   const x = (ts) => L + ((ts - t0) / Math.max(1, t1 - t0)) * (W - L - R);
   const all = chart.series.flatMap((s) => h[s.k] || []).filter((v) => v !== null);
   const top = niceMax(Math.max(0, ...all));
   const y = (v) => T + (1 - v / top) * (H - T - B);
   const grid = [0, 0.5, 1]
     .map((f) => `<line x1="${L}" x2="${W - R}" y1="${y(top * f)}" y2="${y(top * f)}" class="grid"/>
-      <text x="${L - 4}" y="${y(top * f) + 4}" text-anchor="end">${chart.fmt(top * f)}</text>`)
+      <text x="${L - 5}" y="${y(top * f) + 4}" text-anchor="end">${chart.fmt(top * f)}</text>`)
     .join("");
   const lines = chart.series
     .map((s) => {
@@ -72,7 +85,7 @@ function svgChart(chart, h) {
       let d = "";
       let pen = false;
       vals.forEach((v, i) => {
-        if (v === null) return (pen = false);
+        if (v === null || t[i] < t0) return (pen = false);
         d += (pen ? "L" : "M") + x(t[i]).toFixed(1) + "," + y(v).toFixed(1);
         pen = true;
       });
@@ -80,26 +93,24 @@ function svgChart(chart, h) {
       return `<path d="${d}" stroke="${s.color}" data-series="${s.k}" data-max="${max}"/>`;
     })
     .join("");
-  let lx = L;
+  let lx = 12;
   const legend = chart.series
     .map((s) => {
       const vals = (h[s.k] || []).filter((v) => v !== null);
       const last = vals.length ? chart.fmt(vals[vals.length - 1]) : "–";
-      const item = `<rect x="${lx}" y="8" width="9" height="9" fill="${s.color}"/>
-        <text x="${lx + 13}" y="16">${s.name} ${last}</text>`;
-      lx += 26 + (s.name.length + last.length) * 6.5;
+      const item = `<rect x="${lx}" y="25" width="10" height="10" rx="2" fill="${s.color}"/>
+        <text x="${lx + 14}" y="34">${s.name} <tspan class="value">${last}</tspan></text>`;
+      lx += 30 + (s.name.length + last.length) * 6.6;
       return item;
     })
     .join("");
-  const span = WINDOWS.find((w) => w.s === h.window_s);
-  return `<svg viewBox="0 0 ${W} ${H}" class="chart" data-chart="${chart.id}" role="img" aria-label="${chart.title}">
-    <text x="${W - R}" y="16" text-anchor="end" class="title">${chart.title}</text>${legend}${grid}
-    <text x="${L}" y="${H - 4}">−${span ? span.label : h.window_s + " s"}</text>
-    <text x="${W - R}" y="${H - 4}" text-anchor="end">now</text>
+  return `<svg width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" class="chart" data-chart="${chart.id}" role="img" aria-label="${chart.title}">
+    <text x="12" y="16" class="title">${chart.title}</text>${legend}${grid}
+    <text x="${L}" y="${H - 5}">−${spanLabel(t1 - t0)}</text>
+    <text x="${W - R}" y="${H - 5}" text-anchor="end">now</text>
     <g class="lines">${lines}</g></svg>`;
 }
 
-// The charts' section: a placeholder the page draws into once the history arrives.
 // The window switches are links, not buttons: a read-only token hides every button, and
 // looking is what it may do. The queue travels in a data attribute, never in script text.
 function chartsSection(queue) {
@@ -123,7 +134,13 @@ async function drawCharts(queue) {
     return;
   }
   const now = $("#charts");
-  if (now) now.innerHTML = CHARTS.map((c) => svgChart(c, h)).join("");
+  if (!now) return;
+  // As many columns as fit at 340 px or more each, three at most.
+  const gap = 12;
+  const columns = Math.max(1, Math.min(3, Math.floor((now.clientWidth + gap) / (340 + gap))));
+  const width = Math.floor((now.clientWidth - gap * (columns - 1)) / columns);
+  now.style.gridTemplateColumns = `repeat(${columns}, ${width}px)`;
+  now.innerHTML = CHARTS.map((c) => svgChart(c, h, width)).join("");
 }
 
 function setChartWindow(s, button) {

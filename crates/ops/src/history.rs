@@ -3,7 +3,7 @@
 //! broker's once-a-second samples (`jobyard_broker::history`).
 //!
 //! The reply is columns, one value per point, oldest first: `t` (unix seconds), `put`,
-//! `completed`, `failed` (per second), `ready`, `reserved`, `delayed`, `buried`, and `p50_ms`,
+//! `completed` (ended ok or deleted), `failed` (per second), `ready`, `reserved`, `delayed`, `buried`, and `p50_ms`,
 //! `p95_ms`, `p99_ms` (null where no lease completed). Windows up to 10 minutes come one
 //! point a second, longer ones one per 10 seconds.
 

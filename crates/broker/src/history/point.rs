@@ -10,7 +10,8 @@ use super::percentile::{self, BucketCounts};
 pub struct QueueReading {
     /// The queue's name.
     pub name: Bytes,
-    /// Jobs put, ended ok and ended failed since the queue was made.
+    /// Jobs put, completed (ended ok or deleted: beanstalkd's way to finish a job) and
+    /// ended failed since the queue was made.
     pub put: u64,
     pub completed: u64,
     pub failed: u64,

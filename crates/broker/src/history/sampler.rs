@@ -47,7 +47,8 @@ pub fn read(broker: &Broker) -> Vec<QueueReading> {
         .map(|q| QueueReading {
             name: q.name.clone(),
             put: q.total_jobs,
-            completed: q.total_ok,
+            // A beanstalkd job is done when it is deleted: deletes count as completions.
+            completed: q.total_ok + q.cmd_delete,
             failed: q.total_failed,
             ready: q.ready_len() as u32,
             reserved: q.reserved,
