@@ -5,6 +5,7 @@
 //   node bench/flows/bench.mjs --url http://127.0.0.1:8080 --pid <server pid> [--seconds 5]
 //        [--rate 10] [--fixed-seconds 30] [--only linear|fanout|ceiling] [--ceiling off]
 //        [--modes saturated,fixed] [--warmup-seconds 120] [--helper-threads idle]
+//        [--ceiling-kinds "undici Pool,client transport"]
 //
 // Reports, per shape: flows done per second at saturation (creators keep `inflight` flows
 // open), create→done latency p50/p99 at a fixed `rate` of creations per second, and the
@@ -28,8 +29,10 @@
 // all against the same server (16 loops, each leasing with no wait from an empty stage on
 // a session of its own: a request and reply of a flow worker's size), through the
 // client's own transport (what it uses for http: URLs), through node:http with a
-// keep-alive agent (what it uses for https:) and through fetch. Divided by the
-// requests a flow takes, it bounds the flows/s any client in one Node process can reach.
+// keep-alive agent (what it uses for https:), through fetch, and through undici's `Pool`
+// (the npm package, this bench's devDependency: `npm install` in bench/flows; skipped when
+// absent), the HTTP/1.1 client the client's own transport would otherwise be. Divided by
+// the requests a flow takes, it bounds the flows/s any client in one Node process can reach.
 // Prints one JSON object per measurement.
 
 import http from "node:http";
@@ -271,16 +274,42 @@ async function postWithFetch(path, body) {
   return r.json();
 }
 
+/** The same through undici's `Pool` and its `request` (a connection per loop at most). */
+function postWithUndici(pool) {
+  return async (path, body) => {
+    const reply = await pool.request({
+      path, method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    return reply.body.json();
+  };
+}
+
+/** undici's module, or null when the bench's devDependencies are not installed. */
+async function loadUndici() {
+  try {
+    return await import("undici");
+  } catch {
+    console.error("undici is not installed (npm install in bench/flows): its ceiling is skipped");
+    return null;
+  }
+}
+
 /** Requests per second one Node process makes against this server, and its CPU per request. */
-async function ceiling(kind) {
+async function ceiling(kind, undici) {
   const stage = `bench-ceiling-${stamp}`;
   await postWithFetch("/v1/flows", { name: stage, stages: [{ name: stage }] });
+  const loops = 16;
   const agent = new http.Agent({ keepAlive: true });
   const { hostname, port, host } = new URL(url);
   const lean = new HttpTransport(hostname, port, host);
+  const pool = undici ? new undici.Pool(url, { connections: loops }) : null;
   const postLean = async (path, body) => JSON.parse((await lean.request("POST", path, JSON.stringify(body))).text);
-  const post = kind === "fetch" ? postWithFetch : kind === "client transport" ? postLean : (path, body) => postWithAgent(agent, path, body);
-  const loops = 16;
+  const post = {
+    "fetch": postWithFetch,
+    "client transport": postLean,
+    "node:http": (path, body) => postWithAgent(agent, path, body),
+    "undici Pool": pool && postWithUndici(pool),
+  }[kind];
   const sessions = [];
   for (let i = 0; i < loops; i++) sessions.push((await post("/v1/workers", {})).worker);
   const path = `/v1/stages/${stage}/lease`;
@@ -300,6 +329,7 @@ async function ceiling(kind) {
   const own = process.cpuUsage(own0);
   agent.destroy();
   lean.close();
+  await pool?.close();
   return {
     shape: "ceiling", mode: kind, client: "node", loops, requests: count,
     seconds: +elapsed.toFixed(2), requests_per_s: +(count / elapsed).toFixed(0),
@@ -316,5 +346,12 @@ for (const shape of Object.keys(shapes)) {
   }
 }
 if (withCeiling && (!only || only === "ceiling")) {
-  for (const kind of ["client transport", "node:http", "fetch"]) console.log(JSON.stringify(await ceiling(kind)));
+  const undici = await loadUndici();
+  // `--ceiling-kinds a,b` measures those, in that order (to check the order does not decide).
+  const all = ["client transport", "node:http", "fetch", ...(undici ? ["undici Pool"] : [])];
+  const kinds = args["ceiling-kinds"]?.split(",") ?? all;
+  for (const kind of kinds) {
+    if (!all.includes(kind)) throw new Error(`--ceiling-kinds: unknown ${kind}; known: ${all.join(", ")}`);
+  }
+  for (const kind of kinds) console.log(JSON.stringify(await ceiling(kind, undici)));
 }

@@ -58,12 +58,17 @@ def main(path):
     if ceilings:
         print()
         print("| one Node process, small JSON POSTs on kept connections | requests/s "
-              "| Node CPU ms/request | server CPU ms/request | bound on linear flows/s |")
-        print("|---|---:|---:|---:|---:|")
+              "| × client transport | Node CPU ms/request | server CPU ms/request "
+              "| bound on linear flows/s |")
+        print("|---|---:|---:|---:|---:|---:|")
         per_flow = (linear or {}).get("requests_per_flow")
+        own = next((r["requests_per_s"] for r in ceilings if r["mode"] == "client transport"),
+                   None)
         for r in ceilings:
             bound = f"{r['requests_per_s'] / per_flow:,.0f}" if per_flow else "–"
-            print(f"| {r['mode']} | {r['requests_per_s']:,} | {r['node_cpu_ms_per_request']} "
+            ratio = f"{r['requests_per_s'] / own:.2f}" if own else "–"
+            print(f"| {r['mode']} | {r['requests_per_s']:,} | {ratio} "
+                  f"| {r['node_cpu_ms_per_request']} "
                   f"| {cell(r['server_cpu_ms_per_request'])} | {bound} |")
         print()
         print("The ceiling: 16 loops in one Node process, each leasing with no wait from an"

@@ -9,7 +9,8 @@
 # Saturated runs last S seconds (default 5); the fixed-rate runs F seconds (default 30, so
 # that the p99 is of 300 flows at 10/s), after W seconds at the same rate (default 120)
 # that the Node client reports apart as its cold start. The Node part ends with the
-# ceiling of one Node process's HTTP requests per second against the same server, then
+# ceiling of one Node process's HTTP requests per second against the same server (the
+# client's transport, node:http, fetch and undici's Pool), then
 # runs the linear fixed-rate measurement again with V8's helper threads at idle priority.
 # Prints one JSON line per measurement and writes them to FILE (default
 # bench/results/flows-latest.jsonl); `python3 bench/flows/report.py FILE` makes the
@@ -30,13 +31,17 @@ while [ $# -gt 0 ]; do
     --warmup-seconds) WARMUP_SECONDS=$2; shift ;;
     --out) OUT=$2; shift ;;
     --no-build) BUILD=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$BUILD" = 1 ]; then
   (cd "$ROOT" && cargo build --release --quiet -p jobyard -p jobyard-bench)
+fi
+# undici, measured beside the client's own transport in the ceiling (package-lock.json).
+if [ ! -d "$ROOT/bench/flows/node_modules/undici" ]; then
+  (cd "$ROOT/bench/flows" && npm ci --no-audit --no-fund --silent)
 fi
 BIN="$ROOT/target/release/jobyard"
 DIR=$(mktemp -d)
