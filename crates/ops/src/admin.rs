@@ -226,19 +226,16 @@ async fn job_view(State(broker): State<Arc<Broker>>, Path(id): Path<JobId>) -> R
     let now = Broker::now();
     let txn = broker.lock();
     let Some(job) = txn.job(id) else {
-        let gone = not_found("job").into_response();
-        return match job_attempts::of_ended_job(&txn, id) {
-            Some(attempts) => {
-                let body = json!({
-                    "error": { "code": "not_found", "message": "job not found" },
-                    "id": id,
-                    "ended": true,
-                    "attempts": attempts,
-                });
-                (StatusCode::NOT_FOUND, Json(body)).into_response()
-            }
-            None => gone,
+        let Some(attempts) = job_attempts::of_ended_job(&txn, id) else {
+            return not_found("job").into_response();
         };
+        let body = json!({
+            "error": { "code": "not_found", "message": "job not found" },
+            "id": id,
+            "ended": true,
+            "attempts": attempts,
+        });
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
     };
     let mut view = job_json(&txn, job, now);
     let (attempts, lease) = job_attempts::of_live_job(&txn, job);
