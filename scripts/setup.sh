@@ -8,6 +8,8 @@
 #   Debian: gearman-tools (gearman, gearadmin), gearman-job-server (reference gearmand),
 #           php-gearman (PHP client)
 #   Debian: mariadb-server (a real MariaDB for the jobd tests; started per test in a temp dir)
+#   Debian: postgresql (a real PostgreSQL for the --storage postgres:// tests; a cluster made
+#           with initdb in a temp dir per test session, run as the package's postgres user)
 #   Debian: chromium + chromium-driver (the dashboard's headless browser tests), openssl (the
 #           TLS tests make a CA and a certificate with its CLI)
 #   PyPI:   greenstalk, pystalk (Python clients), gearman3 (Gearman client), pytest, pytest-timeout,
@@ -40,7 +42,7 @@ have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep '^install ok i
 
 need_apt=()
 for pkg in beanstalkd php-cli php-pda-pheanstalk gearman-tools gearman-job-server php-gearman mariadb-server \
-  chromium chromium-driver openssl; do
+  postgresql chromium chromium-driver openssl; do
   have_deb "$pkg" || need_apt+=("$pkg")
 done
 # pip for the Python that runs the tests (a pyenv or venv Python brings its own)
@@ -66,6 +68,9 @@ if command -v systemctl >/dev/null 2>&1; then
   # The jobd tests start their own MariaDB; the system one is not needed.
   $SUDO systemctl stop mariadb >/dev/null 2>&1 || true
   $SUDO systemctl disable mariadb >/dev/null 2>&1 || true
+  # The PostgreSQL tests start their own cluster; the system one is not needed.
+  $SUDO systemctl stop postgresql >/dev/null 2>&1 || true
+  $SUDO systemctl disable postgresql >/dev/null 2>&1 || true
 fi
 
 py_need=()
@@ -123,4 +128,6 @@ command -v chromium >/dev/null && command -v chromedriver >/dev/null \
   || { echo "setup: chromium or chromedriver is missing" >&2; exit 1; }
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] \
   || { echo "setup: mariadbd is missing" >&2; exit 1; }
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+  || { echo "setup: PostgreSQL's initdb is missing" >&2; exit 1; }
 echo "setup: done"

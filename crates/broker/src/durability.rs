@@ -34,6 +34,7 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
     let (Some(log), Some(dir)) = (broker.log.as_ref(), broker.data_dir.clone()) else {
         return;
     };
+    let counted = log.stored_bytes().is_some();
     let policy = broker.compaction;
     let mut checked_at = None;
     loop {
@@ -47,7 +48,9 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
         if checked_at.replace(written) == Some(written) {
             continue;
         }
-        let disk = {
+        let disk = if counted {
+            log.stored_bytes().unwrap_or(0)
+        } else {
             let dir = dir.clone();
             tokio::task::spawn_blocking(move || jobyard_storage::disk_bytes(&dir))
                 .await

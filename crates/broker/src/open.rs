@@ -1,4 +1,5 @@
-//! Opening the data directory: lock it, rebuild the engine from the log, start the writer.
+//! Opening storage: lock the data directory (or take the PostgreSQL schema's writer lock),
+//! rebuild the engine from the log, start the writer.
 //!
 //! Lives in the broker (not in the binary) so every way of starting a server — `jobyard
 //! serve`, the beanstalkd and gearmand command lines, tests — opens storage the same way,
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use jobyard_engine::Change;
 use jobyard_engine::EngineCore;
-use jobyard_storage::{body_ref, recover_placed, DirLock, FsyncMode, Log, LogOptions};
+use jobyard_storage::{body_ref, recover_placed, DirLock, FsyncMode, Log, LogOptions, PgLocation};
 use tokio::sync::Notify;
 
 use crate::{Broker, Compaction};
@@ -44,6 +45,8 @@ pub struct StorageOptions {
     /// Queues created (and pinned) before the log is replayed, so they list first
     /// (beanstalkd's `default`).
     pub queues_first: Vec<Bytes>,
+    /// Keep the log in PostgreSQL instead of `data_dir` (`--storage postgres://...`).
+    pub postgres: Option<PgLocation>,
 }
 
 /// Why storage could not be opened: a message, and the process exit code the drop-in
@@ -73,6 +76,17 @@ impl Broker {
         for name in &options.queues_first {
             let q = engine.queue_id_or_create(name);
             engine.pin(q);
+        }
+        if let Some(postgres) = &options.postgres {
+            let log = open_postgres(postgres, &options, &mut engine, durable_changed.clone())?;
+            // The log keeps its own count of what it stores (`Log::stored_bytes`), so
+            // compaction never measures a directory: the path is never used.
+            return Ok(Broker::new(
+                engine,
+                Some((log, PathBuf::new())),
+                durable_changed,
+                options.compaction,
+            ));
         }
         let Some(dir) = &options.data_dir else {
             return Ok(Broker::new(
@@ -184,4 +198,115 @@ fn open_dir(
         log.request_snapshot(engine.snapshot(), engine.next_id());
     }
     Ok((log, lock))
+}
+
+/// Opens the log in PostgreSQL and replays it into `engine`. A PostgreSQL that is down or
+/// starting is waited for, with backoff, and said so; a wrong setting (URL, password,
+/// database, privileges, a newer schema, another node on the storage) is one line.
+#[cfg(feature = "postgres")]
+fn open_postgres(
+    postgres: &PgLocation,
+    options: &StorageOptions,
+    engine: &mut EngineCore,
+    durable_changed: Arc<Notify>,
+) -> Result<Log, OpenError> {
+    // The client blocks on a runtime of its own, which cannot run inside the server's
+    // (whose start-up calls this): a plain thread does the connecting and the replay.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| open_postgres_blocking(postgres, options, engine, durable_changed))
+            .join()
+            .unwrap_or_else(|_| Err(fail("opening PostgreSQL storage panicked".into(), 1)))
+    })
+}
+
+/// [`open_postgres`] on a thread where blocking is allowed.
+#[cfg(feature = "postgres")]
+fn open_postgres_blocking(
+    postgres: &PgLocation,
+    options: &StorageOptions,
+    engine: &mut EngineCore,
+    durable_changed: Arc<Notify>,
+) -> Result<Log, OpenError> {
+    use jobyard_storage::PgTarget;
+    let target =
+        PgTarget::parse(&postgres.url, &postgres.schema).map_err(|e| fail(e.to_string(), 1))?;
+    let store = connect_with_backoff(&target)?;
+    tracing::info!(
+        "storage: PostgreSQL at {}, schema {} (cluster {})",
+        target.shown(),
+        target.schema(),
+        store.cluster_id()
+    );
+    let started = std::time::Instant::now();
+    let (recovered, report) = store
+        .recover(|change| engine.replay_placed(change, None))
+        .map_err(|e| fail(e.to_string(), 1))?;
+    engine.raise_next_id(report.next_id);
+    tracing::info!(
+        "recovered {} jobs from {} records in {:?}",
+        engine.job_count(),
+        report.records,
+        started.elapsed()
+    );
+    if options.fsync != FsyncMode::Always {
+        tracing::warn!(
+            "--fsync {:?} does not apply to PostgreSQL storage: every batch is committed \
+             before it is acknowledged",
+            options.fsync
+        );
+    }
+    let log_options = LogOptions {
+        fsync: FsyncMode::Always,
+        segment_bytes: options.segment_bytes,
+        bodies_in_log: false,
+    };
+    Log::open_postgres(
+        recovered,
+        report.next_segment,
+        log_options,
+        Box::new(move |_| durable_changed.notify_waiters()),
+    )
+    .map_err(|e| fail(format!("cannot start the log writer: {e}"), 1))
+}
+
+/// The longest wait between two attempts to reach PostgreSQL at start.
+#[cfg(feature = "postgres")]
+const MAX_CONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens the store, trying again with growing pauses while PostgreSQL cannot be reached
+/// (a server that starts before its database is not a crash loop).
+#[cfg(feature = "postgres")]
+fn connect_with_backoff(
+    target: &jobyard_storage::PgTarget,
+) -> Result<jobyard_storage::PgStore, OpenError> {
+    let mut delay = std::time::Duration::from_millis(250);
+    loop {
+        match jobyard_storage::PgStore::open(target) {
+            Ok(store) => return Ok(store),
+            Err(e) if e.is_retryable() => {
+                tracing::warn!("{e}; trying again in {delay:?}");
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(MAX_CONNECT_BACKOFF);
+            }
+            Err(e) => return Err(fail(e.to_string(), 1)),
+        }
+    }
+}
+
+/// Without the `postgres` feature there is no PostgreSQL client to open it with.
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(
+    postgres: &PgLocation,
+    _options: &StorageOptions,
+    _engine: &mut EngineCore,
+    _durable_changed: Arc<Notify>,
+) -> Result<Log, OpenError> {
+    Err(fail(
+        format!(
+            "--storage {}: this jobyard was built without PostgreSQL support (feature `postgres`)",
+            postgres.shown()
+        ),
+        1,
+    ))
 }

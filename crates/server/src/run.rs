@@ -55,6 +55,15 @@ pub(crate) fn init_logging(verbosity: u8, format: LogFormat) {
     };
 }
 
+/// Where the jobs live, for the log (a PostgreSQL URL without its password).
+fn storage_shown(settings: &Settings) -> String {
+    match (&settings.postgres, &settings.data_dir) {
+        (Some(pg), _) => format!("{}, schema {}", pg.shown(), pg.schema),
+        (None, Some(dir)) => dir.display().to_string(),
+        (None, None) => "memory only".into(),
+    }
+}
+
 fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
     // beanstalkd creates `default` before replaying its log, so `list-tubes` (creation
     // order) starts with it after a restart too.
@@ -74,6 +83,7 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
         bodies_in_log: settings.bodies_in_log,
         hot_body_bytes: settings.hot_body_bytes,
         queues_first,
+        postgres: settings.postgres.clone(),
     })
     .map_err(|e| Fatal(e.message, e.exit_code))
 }
@@ -124,11 +134,7 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     tracing::info!(
         "jobyard {} ready (storage: {}, fsync: {:?})",
         env!("CARGO_PKG_VERSION"),
-        settings
-            .data_dir
-            .as_ref()
-            .map(|d| d.display().to_string())
-            .unwrap_or_else(|| "memory only".into()),
+        storage_shown(&settings),
         settings.fsync
     );
 

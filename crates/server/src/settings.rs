@@ -12,13 +12,15 @@ use std::time::Duration;
 
 use clap::Args;
 use jobyard_engine::flows::FlowDefinition;
-use jobyard_storage::FsyncMode;
+use jobyard_storage::{redact_url, FsyncMode, PgLocation, DEFAULT_PG_SCHEMA};
 
 /// Everything the server needs to start.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// `None`: jobs live in memory only (beanstalkd without `-b`).
     pub data_dir: Option<PathBuf>,
+    /// The log in PostgreSQL instead of `data_dir` (`--storage postgres://...`).
+    pub postgres: Option<PgLocation>,
     /// `None`: the beanstalkd listener is off.
     pub beanstalk_listen: Option<String>,
     pub fsync: FsyncMode,
@@ -72,6 +74,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             data_dir: None,
+            postgres: None,
             beanstalk_listen: None,
             fsync: FsyncMode::Always,
             max_job_size: DEFAULT_MAX_JOB_SIZE,
@@ -132,6 +135,14 @@ pub struct ServeArgs {
     /// Directory of the durable log [default: ./jobyard-data].
     #[arg(long, env = "JOBYARD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Keep the log in PostgreSQL instead of --data-dir: postgres://USER@HOST:PORT/DB
+    /// (postgresql:// too; sslmode= and passfile= in the URL). Give the password with
+    /// PGPASSWORD or a password file, not here, where `ps` shows it (docs/postgres.md).
+    #[arg(long, env = "JOBYARD_STORAGE")]
+    pub storage: Option<String>,
+    /// The PostgreSQL schema of jobyard's tables [default: jobyard].
+    #[arg(long, env = "JOBYARD_STORAGE_SCHEMA")]
+    pub storage_schema: Option<String>,
     /// Address for beanstalkd clients, or `off` [default: 127.0.0.1:11300].
     #[arg(long, env = "JOBYARD_BEANSTALK_LISTEN")]
     pub beanstalk_listen: Option<String>,
@@ -332,6 +343,32 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
     }))
 }
 
+/// `--storage` and `--storage-schema`: a PostgreSQL URL and its schema, or nothing. Any
+/// other storage is refused (the file log is `--data-dir`). Messages never show the URL's
+/// password.
+fn postgres_location(
+    storage: Option<String>,
+    schema: Option<String>,
+) -> Result<Option<PgLocation>, String> {
+    let Some(url) = storage else {
+        return match schema {
+            Some(_) => Err("--storage-schema needs --storage postgres://...".into()),
+            None => Ok(None),
+        };
+    };
+    if !PgLocation::is_postgres_url(&url) {
+        return Err(format!(
+            "--storage {}: expected postgres://USER@HOST:PORT/DATABASE (the file log is \
+             --data-dir)",
+            redact_url(&url)
+        ));
+    }
+    Ok(Some(PgLocation {
+        url,
+        schema: schema.unwrap_or_else(|| DEFAULT_PG_SCHEMA.to_string()),
+    }))
+}
+
 /// The flow definitions of `--flows`: a TOML file of `[[flows]]` tables, or (from the
 /// config file) the tables themselves as JSON. Each is validated; a name twice is an error.
 fn load_flows(source: &str) -> Result<Vec<FlowDefinition>, String> {
@@ -370,11 +407,16 @@ impl ServeArgs {
         if max_job_size > MAX_MAX_JOB_SIZE {
             return Err(format!("--max-job-size is at most {MAX_MAX_JOB_SIZE}"));
         }
+        let postgres = postgres_location(self.storage, self.storage_schema)?;
         Ok(Settings {
             data_dir: Some(
                 self.data_dir
                     .unwrap_or_else(|| PathBuf::from("jobyard-data")),
             ),
+            // Bodies are read back only from segment files: in PostgreSQL they stay in memory.
+            bodies_in_log: self.bodies_in_log.unwrap_or(defaults.bodies_in_log)
+                && postgres.is_none(),
+            postgres,
             beanstalk_listen: listen(
                 self.beanstalk_listen
                     .unwrap_or_else(|| "127.0.0.1:11300".into()),
@@ -388,7 +430,6 @@ impl ServeArgs {
             segment_bytes: self.segment_bytes.unwrap_or(defaults.segment_bytes),
             compact_min_bytes: self.compact_min_bytes.unwrap_or(defaults.compact_min_bytes),
             salvage: self.salvage,
-            bodies_in_log: self.bodies_in_log.unwrap_or(defaults.bodies_in_log),
             hot_body_bytes: self.hot_body_bytes.unwrap_or(defaults.hot_body_bytes),
             max_inflight_bytes: self
                 .max_inflight_bytes
@@ -662,6 +703,24 @@ mod tests {
             },
             "serve differs from the defaults only in its data directory and listeners"
         );
+    }
+
+    #[test]
+    fn storage_takes_a_postgres_url_and_never_shows_its_password() {
+        let s = serve(&["--storage", "postgresql://app:pw@db:5432/jobs"]).unwrap();
+        let location = s.postgres.as_ref().unwrap();
+        assert_eq!(location.schema, "jobyard");
+        assert!(!s.bodies_in_log, "bodies stay in memory with PostgreSQL");
+        assert!(!format!("{s:?}").contains(":pw@"), "{s:?}");
+        let s = serve(&["--storage", "postgres://a@h/d", "--storage-schema", "q1"]).unwrap();
+        assert_eq!(s.postgres.unwrap().schema, "q1");
+        let err = serve(&["--storage", "mysql://app:pw@db/jobs"]).unwrap_err();
+        assert!(
+            err.contains("postgres://") && !err.contains(":pw@"),
+            "{err}"
+        );
+        let err = serve(&["--storage-schema", "x"]).unwrap_err();
+        assert!(err.contains("--storage"), "{err}");
     }
 
     #[test]

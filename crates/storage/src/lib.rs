@@ -12,12 +12,16 @@
 //!
 //! A snapshot (`snap-N`) holds every live job as of the start of segment N, so segments
 //! before N can be deleted: that is how the log stays proportional to the live data.
+//!
+//! With the `postgres` feature the same log can be kept in PostgreSQL instead
+//! ([`Log::open_postgres`], [`PgStore`]): each group commit is one committed row.
 
 mod bodies;
 mod codec;
 mod files;
 mod lock;
 mod log;
+mod postgres;
 mod read_ahead;
 mod recovery;
 mod segments;
@@ -28,6 +32,9 @@ pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use log::{FsyncMode, Log, LogOptions, SnapshotFeed};
+pub use postgres::{redact_url, PgLocation, DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgError, PgRecovered, PgStore, PgTarget};
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
 

@@ -276,7 +276,17 @@ fn read_snapshot(
         // Salvaging a snapshot cut short: read whatever whole records it still has.
         data.len()
     };
-    let read_to = read_frames(path, &data[..until], from, false, salvage, report, apply)?;
+    let file = register_file(report, path);
+    let read_to = read_frames(
+        path,
+        file,
+        &data[..until],
+        from,
+        false,
+        salvage,
+        report,
+        apply,
+    )?;
     debug_assert_eq!(read_to.good_end, until);
     Ok(())
 }
@@ -343,7 +353,8 @@ fn read_segment(
         report.salvaged.push((path.to_path_buf(), 0, skipped));
     }
     let from = data.len().min(HEADER_LEN);
-    let read = read_frames(path, &data, from, last, salvage, report, apply)?;
+    let file = register_file(report, path);
+    let read = read_frames(path, file, &data, from, last, salvage, report, apply)?;
     if read.good_end < data.len() {
         let dropped = (data.len() - read.good_end) as u64;
         if !read.zero_tail {
@@ -371,10 +382,44 @@ struct FramesRead {
     zero_tail: bool,
 }
 
-/// Applies the frames of `data` from `offset`. Returns where the readable data ends, which
-/// is before the end only for a torn or zero tail (when `tail_may_tear`).
+/// Adds a file to those bodies can be read back from; returns its number.
+fn register_file(report: &mut RecoveryReport, path: &Path) -> u32 {
+    report.files.push(path.to_path_buf());
+    (report.files.len() - 1) as u32
+}
+
+/// Applies every record of `data`, which holds whole records only (a batch or a snapshot
+/// chunk kept outside the data directory, as in PostgreSQL): the same decoding and checks
+/// as the files', without places for bodies. `name` says where the data came from in
+/// errors.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn apply_records(
+    name: &Path,
+    data: &[u8],
+    report: &mut RecoveryReport,
+    apply: &mut impl FnMut(Change),
+) -> Result<(), RecoveryError> {
+    let mut apply_unplaced = |change, _| apply(change);
+    read_frames(
+        name,
+        u32::MAX,
+        data,
+        0,
+        false,
+        false,
+        report,
+        &mut apply_unplaced,
+    )?;
+    Ok(())
+}
+
+/// Applies the frames of `data` from `offset`; the places of bodies are in file number
+/// `file`. Returns where the readable data ends, which is before the end only for a torn
+/// or zero tail (when `tail_may_tear`).
+#[allow(clippy::too_many_arguments)]
 fn read_frames(
     path: &Path,
+    file: u32,
     data: &[u8],
     mut offset: usize,
     tail_may_tear: bool,
@@ -382,8 +427,6 @@ fn read_frames(
     report: &mut RecoveryReport,
     apply: &mut impl FnMut(Change, Option<BodyPlace>),
 ) -> Result<FramesRead, RecoveryError> {
-    let file = report.files.len() as u32;
-    report.files.push(path.to_path_buf());
     let mut successor = None;
     while offset < data.len() {
         let damage = match read_frame(&data[offset..]) {

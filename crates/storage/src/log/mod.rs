@@ -23,6 +23,8 @@ use std::time::Duration;
 use jobyard_engine::Change;
 
 use crate::codec::encode_change;
+#[cfg(feature = "postgres")]
+use crate::postgres::PgLog;
 use crate::segments::SegmentFiles;
 use crate::stats::LogStats;
 use crate::Lsn;
@@ -39,9 +41,29 @@ pub(crate) const CLOSE_GIVE_UP: Duration = Duration::from_secs(3);
 
 /// The append side of the log, shared by every connection.
 pub struct Log {
-    shared: Arc<Shared<SegmentFiles>>,
+    shared: Backed,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
+
+/// The log's state over the backend chosen at open. A match on it is the only cost of
+/// having two: every call past it is the same generic code, monomorphized per backend.
+enum Backed {
+    Files(Arc<Shared<SegmentFiles>>),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<Shared<PgLog>>),
+}
+
+/// Runs `$body` with `$shared` bound to the log's `Arc<Shared<B>>`, whatever its backend.
+macro_rules! with_shared {
+    ($log:expr, $shared:ident => $body:expr) => {
+        match &$log.shared {
+            $crate::log::Backed::Files($shared) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::log::Backed::Postgres($shared) => $body,
+        }
+    };
+}
+pub(crate) use with_shared;
 
 impl Log {
     /// Starts a fresh segment `first_segment` in `dir` and the writer thread.
@@ -66,29 +88,33 @@ impl Log {
         recovered: &[PathBuf],
     ) -> io::Result<Log> {
         let (files, writer, full) = SegmentFiles::open(dir, first_segment, &options, recovered)?;
-        let shared = Arc::new(Shared {
-            backend: files,
-            options,
-            pending: Mutex::new(Pending::default()),
-            wake: Condvar::new(),
-            durable: AtomicU64::new(0),
-            snapshot_running: AtomicBool::new(false),
-            records_written: AtomicU64::new(0),
-            stats: LogStats::default(),
-            current_segment: AtomicU64::new(first_segment),
-            accepting: AtomicBool::new(!full),
-            failing: AtomicBool::new(false),
-            closing: AtomicBool::new(false),
-            snapshot_failing: AtomicBool::new(false),
-            on_durable,
-            writer: Mutex::new(WriterState::new(writer, full)),
-        });
-        let worker = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("jobyard-log".into())
-            .spawn(move || writer_thread::write_loop(worker))?;
+        let (shared, thread) = start(files, writer, full, first_segment, options, on_durable)?;
         Ok(Log {
-            shared,
+            shared: Backed::Files(shared),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Continues a log kept in PostgreSQL where its recovery ended, with section
+    /// `first_section` (the report's `next_segment`). Every batch is committed before it
+    /// is acknowledged, so the fsync mode is always [`FsyncMode::Always`]; bodies stay in
+    /// memory ([`LogOptions::bodies_in_log`] is ignored).
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(
+        recovered: crate::postgres::PgRecovered,
+        first_section: u64,
+        options: LogOptions,
+        on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+    ) -> io::Result<Log> {
+        let options = LogOptions {
+            fsync: FsyncMode::Always,
+            bodies_in_log: false,
+            ..options
+        };
+        let (backend, writer) = recovered.into_backend(first_section, &options);
+        let (shared, thread) = start(backend, writer, false, first_section, options, on_durable)?;
+        Ok(Log {
+            shared: Backed::Postgres(shared),
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -97,32 +123,35 @@ impl Log {
     /// Call it in the same critical section that made the changes, so the log's order is
     /// the engine's order.
     pub fn append(&self, changes: impl Iterator<Item = Change>) -> Lsn {
-        let mut p = self.shared.pending.lock().expect("log lock");
-        let was_empty = p.buf.is_empty();
-        let track = self.shared.backend.bodies().is_some();
-        for change in changes {
-            encode_change(&change, &mut p.buf);
-            p.appended += 1;
-            if let (true, Change::Put { id, body, .. }) = (track, &change) {
-                // The body ends the record.
-                let at = p.buf.len() - body.len();
-                p.bodies.push((*id, at, body.len()));
+        with_shared!(self, shared => {
+            let mut p = shared.pending.lock().expect("log lock");
+            let was_empty = p.buf.is_empty();
+            let track = shared.backend.bodies().is_some();
+            for change in changes {
+                encode_change(&change, &mut p.buf);
+                p.appended += 1;
+                if let (true, Change::Put { id, body, .. }) = (track, &change) {
+                    // The body ends the record.
+                    let at = p.buf.len() - body.len();
+                    p.bodies.push((*id, at, body.len()));
+                }
             }
-        }
-        let lsn = p.appended;
-        // In `always` mode the writer thread does every write. Otherwise whoever waits for
-        // the records writes them inline, and the writer thread only sweeps up, on its
-        // timer, records that nobody waits for — waking it here would cost a context
-        // switch per batch.
-        // A dozing writer is woken too, once, so its sweep resumes with the traffic.
-        if was_empty
-            && !p.buf.is_empty()
-            && (self.shared.options.fsync == FsyncMode::Always || p.dozing)
-        {
-            p.dozing = false;
-            self.shared.wake.notify_one();
-        }
-        lsn
+            let lsn = p.appended;
+            // In `always` mode the writer thread does every write. Otherwise whoever waits for
+            // the records writes them inline, and the writer thread only sweeps up, on its
+            // timer, records that nobody waits for — waking it here would cost a context
+            // switch per batch.
+            // A dozing writer is woken too, once, so its sweep resumes with the traffic.
+            if was_empty
+                && !p.buf.is_empty()
+                && (shared.options.fsync == FsyncMode::Always || p.dozing)
+            {
+                p.dozing = false;
+                shared.wake.notify_one();
+            }
+            lsn
+
+        })
     }
 
     /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only
@@ -131,55 +160,87 @@ impl Log {
     /// Returns false in `always` mode, where the caller must wait for the writer thread
     /// (an fsync must not block the caller's thread).
     pub fn write_through(&self, lsn: Lsn) -> bool {
-        if self.shared.options.fsync == FsyncMode::Always {
-            return false;
-        }
-        if self.durable() >= lsn {
-            return true;
-        }
-        if self.shared.failing.load(Ordering::Acquire) {
-            // The writer thread is retrying a failed write under the writer lock: wait
-            // for it asynchronously instead of blocking this thread on the lock.
-            return false;
-        }
-        let mut w = self.shared.writer.lock().expect("log writer lock");
-        if self.durable() < lsn {
-            group_commit::write_batch(&self.shared, &mut w, false);
-        }
-        true
+        with_shared!(self, shared => {
+            if shared.options.fsync == FsyncMode::Always {
+                return false;
+            }
+            if self.durable() >= lsn {
+                return true;
+            }
+            if shared.failing.load(Ordering::Acquire) {
+                // The writer thread is retrying a failed write under the writer lock: wait
+                // for it asynchronously instead of blocking this thread on the lock.
+                return false;
+            }
+            let mut w = shared.writer.lock().expect("log writer lock");
+            if self.durable() < lsn {
+                group_commit::write_batch(shared, &mut w, false);
+            }
+            true
+
+        })
     }
 
     /// The LSN of the last records appended: waiting for it covers every change already
     /// made, also ones another caller appended (a change another transaction made on
     /// this caller's behalf).
     pub fn appended(&self) -> Lsn {
-        self.shared.pending.lock().expect("log lock").appended
+        with_shared!(self, shared => {
+            shared.pending.lock().expect("log lock").appended
+
+        })
     }
 
     /// Everything up to this LSN may be acknowledged.
     pub fn durable(&self) -> Lsn {
-        self.shared.durable.load(Ordering::Acquire)
+        with_shared!(self, shared => {
+            shared.durable.load(Ordering::Acquire)
+
+        })
     }
 
     /// Records written since start (for stats).
     pub fn records_written(&self) -> u64 {
-        self.shared.records_written.load(Ordering::Relaxed)
+        with_shared!(self, shared => {
+            shared.records_written.load(Ordering::Relaxed)
+
+        })
     }
 
     /// Figures for operators: bytes and write batches (records: [`Log::records_written`];
     /// syncs: [`crate::sync_stats`]).
     pub fn stats(&self) -> &LogStats {
-        &self.shared.stats
+        with_shared!(self, shared => {
+            &shared.stats
+
+        })
     }
 
     /// The segment new records go to.
     pub fn current_segment(&self) -> u64 {
-        self.shared.current_segment.load(Ordering::Relaxed)
+        with_shared!(self, shared => {
+            shared.current_segment.load(Ordering::Relaxed)
+
+        })
+    }
+
+    /// The bytes the log holds when its backend keeps count (PostgreSQL: the rows'
+    /// data); `None` for segment files, whose size is measured on disk
+    /// ([`crate::disk_bytes`]). Compaction compares it with the live data.
+    pub fn stored_bytes(&self) -> Option<u64> {
+        match &self.shared {
+            Backed::Files(_) => None,
+            #[cfg(feature = "postgres")]
+            Backed::Postgres(shared) => Some(shared.backend.stored_bytes()),
+        }
     }
 
     /// The oldest file still needed for recovery.
     pub fn oldest_segment(&self) -> u64 {
-        self.shared.backend.oldest_section()
+        with_shared!(self, shared => {
+            shared.backend.oldest_section()
+
+        })
     }
 
     /// Writes and syncs everything appended, then stops the writer. Later appends are
@@ -189,14 +250,50 @@ impl Log {
     /// (`CLOSE_GIVE_UP`) and then stops anyway: what was not written was never
     /// acknowledged, and what was acknowledged is already on disk.
     pub fn close(&self) {
-        let thread = self.thread.lock().expect("log thread lock").take();
-        if let Some(thread) = thread {
-            self.shared.closing.store(true, Ordering::Release);
-            self.shared.pending.lock().expect("log lock").shutdown = true;
-            self.shared.wake.notify_one();
-            let _ = thread.join();
-        }
+        with_shared!(self, shared => {
+            let thread = self.thread.lock().expect("log thread lock").take();
+            if let Some(thread) = thread {
+                shared.closing.store(true, Ordering::Release);
+                shared.pending.lock().expect("log lock").shutdown = true;
+                shared.wake.notify_one();
+                let _ = thread.join();
+            }
+
+        })
     }
+}
+
+/// The log's shared state over `backend` and its writer thread.
+fn start<B: LogBackend>(
+    backend: B,
+    writer: B::Writer,
+    full: bool,
+    first_segment: u64,
+    options: LogOptions,
+    on_durable: Box<dyn Fn(Lsn) + Send + Sync>,
+) -> io::Result<(Arc<Shared<B>>, JoinHandle<()>)> {
+    let shared = Arc::new(Shared {
+        backend,
+        options,
+        pending: Mutex::new(Pending::default()),
+        wake: Condvar::new(),
+        durable: AtomicU64::new(0),
+        snapshot_running: AtomicBool::new(false),
+        records_written: AtomicU64::new(0),
+        stats: LogStats::default(),
+        current_segment: AtomicU64::new(first_segment),
+        accepting: AtomicBool::new(!full),
+        failing: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        snapshot_failing: AtomicBool::new(false),
+        on_durable,
+        writer: Mutex::new(WriterState::new(writer, full)),
+    });
+    let worker = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("jobyard-log".into())
+        .spawn(move || writer_thread::write_loop(worker))?;
+    Ok((shared, thread))
 }
 
 impl Drop for Log {

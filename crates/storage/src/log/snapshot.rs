@@ -10,7 +10,7 @@ use jobyard_engine::Change;
 
 use super::backend::LogBackend;
 use super::state::Shared;
-use super::Log;
+use super::{with_shared, Log};
 
 /// Chunks of jobs in flight to the snapshot thread; a full channel makes the feeder wait,
 /// which bounds the memory a snapshot takes whatever the number of jobs.
@@ -53,7 +53,10 @@ pub(crate) struct SnapshotRequest {
 impl Log {
     /// Whether a snapshot is being written.
     pub fn snapshot_running(&self) -> bool {
-        self.shared.snapshot_running.load(Ordering::Acquire)
+        with_shared!(self, shared => {
+            shared.snapshot_running.load(Ordering::Acquire)
+
+        })
     }
 
     /// Starts a new segment at the current end of the log and a snapshot that the returned
@@ -67,23 +70,26 @@ impl Log {
     /// copy the engine a chunk at a time instead of stopping it for the whole copy.
     /// `next_id` must be the engine's at this call or later.
     pub fn begin_snapshot(&self, next_id: u64) -> Option<SnapshotFeed> {
-        // A snapshot starts a new segment, which a full disk has no room for.
-        if !self.shared.accepting.load(Ordering::Relaxed) {
-            return None;
-        }
-        if self.shared.snapshot_running.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        let (tx, rx) = mpsc::sync_channel(FEED_DEPTH);
-        let mut p = self.shared.pending.lock().expect("log lock");
-        let at = p.buf.len();
-        p.snapshot = Some(SnapshotRequest {
-            at,
-            feed: rx,
-            next_id,
-        });
-        self.shared.wake.notify_one();
-        Some(SnapshotFeed { tx })
+        with_shared!(self, shared => {
+            // A snapshot starts a new segment, which a full disk has no room for.
+            if !shared.accepting.load(Ordering::Relaxed) {
+                return None;
+            }
+            if shared.snapshot_running.swap(true, Ordering::AcqRel) {
+                return None;
+            }
+            let (tx, rx) = mpsc::sync_channel(FEED_DEPTH);
+            let mut p = shared.pending.lock().expect("log lock");
+            let at = p.buf.len();
+            p.snapshot = Some(SnapshotRequest {
+                at,
+                feed: rx,
+                next_id,
+            });
+            shared.wake.notify_one();
+            Some(SnapshotFeed { tx })
+
+        })
     }
 
     /// A snapshot of `changes` (the engine's state at exactly this point) in one go; see

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::backend::LogBackend;
 use super::state::{Shared, WriterState};
-use super::Log;
+use super::{with_shared, Log};
 
 /// While the disk is full, how often making a new segment is tried again.
 pub(crate) const SPACE_PROBE: Duration = Duration::from_millis(250);
@@ -56,9 +56,12 @@ impl Log {
     /// For a usual job this is one atomic load. A job too large for the reserve to absorb
     /// also asks the file system for its free space.
     pub fn has_room(&self, bytes: usize) -> bool {
-        if !self.shared.accepting.load(Ordering::Relaxed) {
-            return false;
-        }
-        self.shared.backend.has_room_for(bytes)
+        with_shared!(self, shared => {
+            if !shared.accepting.load(Ordering::Relaxed) {
+                return false;
+            }
+            shared.backend.has_room_for(bytes)
+
+        })
     }
 }

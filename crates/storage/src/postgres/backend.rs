@@ -1,0 +1,324 @@
+//! The log's PostgreSQL backend: each group commit is one row of `log` (the batch's
+//! encoded records as they would go to a segment, keyed by their byte position) inserted
+//! in its own transaction, so its COMMIT is the batch's durability; snapshots go into
+//! `snapshots` and `snapshot_chunks`, and completing one deletes the rows it covers.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use jobyard_engine::Change;
+use sqlx::Connection;
+
+use super::conn::Conn;
+use super::lock::take_writer_lock;
+use super::recover::LogEnd;
+use super::target::PgTarget;
+use super::PgError;
+use crate::bodies::BodyFiles;
+use crate::codec::encode_change;
+use crate::log::{BatchStart, LogBackend, LogOptions};
+
+/// The log kept in a PostgreSQL schema.
+pub(crate) struct PgLog {
+    target: PgTarget,
+    options: LogOptions,
+    /// Backend pid of the writer's connection, which holds the writer lock.
+    writer_pid: AtomicI32,
+    oldest_section: AtomicU64,
+    /// Bytes of the batches kept in finished sections, by section.
+    sections: Mutex<BTreeMap<u64, u64>>,
+    /// Bytes of the batches of the section being written.
+    current_bytes: AtomicU64,
+    /// Bytes of the snapshot recovery would start from.
+    snapshot_bytes: AtomicU64,
+    /// The connection that completed the last snapshot, reused to drop what it covers.
+    snapshot_conn: Mutex<Option<(Conn, u64)>>,
+    insert_batch: String,
+}
+
+/// The writer's side, used only under the log's writer lock.
+pub(crate) struct PgWriter {
+    /// `None` after a failure that may have broken the connection: the next write
+    /// reconnects, and must take the writer lock back first.
+    conn: Option<Conn>,
+    pos: u64,
+    section: u64,
+    section_bytes: u64,
+}
+
+/// A snapshot being written on its own connection.
+pub(crate) struct PgSnapshot {
+    conn: Conn,
+    section: u64,
+    chunks: i32,
+    jobs: u64,
+    bytes: u64,
+    buf: Vec<u8>,
+}
+
+impl PgLog {
+    /// The backend and its writer, continuing the log recovery read to `end` with section
+    /// `first_section`, on `conn` (which holds the writer lock as `writer_pid`).
+    pub fn new(
+        target: PgTarget,
+        conn: Conn,
+        writer_pid: i32,
+        end: LogEnd,
+        first_section: u64,
+        options: &LogOptions,
+    ) -> (PgLog, PgWriter) {
+        let schema = target.schema();
+        let insert_batch = format!(
+            "INSERT INTO {schema}.log (pos, section, records) VALUES ($1, $2, $3)
+             ON CONFLICT (pos) DO NOTHING"
+        );
+        let log = PgLog {
+            options: options.clone(),
+            writer_pid: AtomicI32::new(writer_pid),
+            oldest_section: AtomicU64::new(end.oldest_section),
+            sections: Mutex::new(end.sections),
+            current_bytes: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(end.snapshot_bytes),
+            snapshot_conn: Mutex::new(None),
+            insert_batch,
+            target,
+        };
+        let writer = PgWriter {
+            conn: Some(conn),
+            pos: end.pos,
+            section: first_section,
+            section_bytes: 0,
+        };
+        (log, writer)
+    }
+
+    /// Bytes the schema's log and snapshot hold (the rows' data, not PostgreSQL's pages):
+    /// what compaction compares with the live data.
+    pub fn stored_bytes(&self) -> u64 {
+        let sections: u64 = self.sections.lock().expect("sections lock").values().sum();
+        sections
+            + self.current_bytes.load(Ordering::Relaxed)
+            + self.snapshot_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The writer's connection, reconnecting (and taking the writer lock back) if the
+    /// last write lost it.
+    fn connected<'w>(&self, w: &'w mut PgWriter) -> Result<&'w mut Conn, PgError> {
+        if w.conn.is_none() {
+            let mut conn = Conn::open(&self.target)?;
+            let pid = take_writer_lock(&mut conn, self.target.schema(), self.target.shown())?;
+            self.writer_pid.store(pid, Ordering::Release);
+            tracing::info!("reconnected to PostgreSQL at {}", self.target.shown());
+            w.conn = Some(conn);
+        }
+        Ok(w.conn.as_mut().expect("connected"))
+    }
+
+    /// Inserts one batch at the writer's position (nothing if a retry finds it there).
+    fn insert(&self, w: &mut PgWriter, data: &[u8]) -> Result<(), PgError> {
+        let (pos, section) = (w.pos as i64, w.section as i64);
+        let conn = self.connected(w)?;
+        let (runtime, link) = conn.parts();
+        let done = runtime.block_on(
+            sqlx::query(&self.insert_batch)
+                .bind(pos)
+                .bind(section)
+                .bind(data)
+                .execute(&mut *link),
+        );
+        match done {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let keeps_connection = matches!(e, sqlx::Error::Database(_));
+                let err = conn.error(e);
+                if !keeps_connection {
+                    w.conn = None;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// A connection for compaction: the one that completed snapshot `seq`, or a new one.
+    fn compaction_conn(&self, seq: u64) -> io::Result<Conn> {
+        match self
+            .snapshot_conn
+            .lock()
+            .expect("snapshot conn lock")
+            .take()
+        {
+            Some((conn, of)) if of == seq => Ok(conn),
+            _ => Conn::open(&self.target).map_err(PgError::into_io),
+        }
+    }
+}
+
+/// Deletes what snapshot `seq` covers: older batches, snapshots and their chunks.
+pub(crate) fn drop_covered_sql(schema: &str, seq: u64) -> String {
+    format!(
+        "DELETE FROM {schema}.log WHERE section < {seq};
+         DELETE FROM {schema}.snapshot_chunks WHERE section < {seq};
+         DELETE FROM {schema}.snapshots WHERE section < {seq};"
+    )
+}
+
+impl LogBackend for PgLog {
+    type Writer = PgWriter;
+    type Flush = ();
+    type Snapshot = PgSnapshot;
+
+    fn make_room(&self, _w: &mut PgWriter, _more: u64) -> io::Result<()> {
+        // PostgreSQL's own disk: a full one fails the INSERT, which the log retries.
+        Ok(())
+    }
+
+    fn write(&self, w: &mut PgWriter, data: &[u8]) -> io::Result<Option<BatchStart>> {
+        self.insert(w, data).map_err(PgError::into_io)?;
+        w.pos += data.len() as u64;
+        w.section_bytes += data.len() as u64;
+        self.current_bytes.store(w.section_bytes, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    fn sync(&self, _w: &mut PgWriter) -> io::Result<()> {
+        // Each batch's INSERT committed before `write` returned.
+        Ok(())
+    }
+
+    fn flush_handle(&self, _w: &PgWriter) -> Option<()> {
+        None
+    }
+
+    fn sync_detached(&self, _flush: &()) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn start_writeback(&self, _flush: &()) {}
+
+    fn rotation_due(&self, w: &PgWriter) -> bool {
+        w.section_bytes >= self.options.segment_bytes
+    }
+
+    fn rotate(&self, w: &mut PgWriter) -> io::Result<u64> {
+        let finished = std::mem::take(&mut w.section_bytes);
+        if finished > 0 {
+            self.sections
+                .lock()
+                .expect("sections lock")
+                .insert(w.section, finished);
+        }
+        self.current_bytes.store(0, Ordering::Relaxed);
+        w.section += 1;
+        Ok(w.section)
+    }
+
+    fn close(&self, w: &mut PgWriter) {
+        // Closing the session releases the writer lock at once.
+        if let Some(conn) = w.conn.take() {
+            let (runtime, link) = conn.into_parts();
+            let _ = runtime.block_on(link.close());
+        }
+    }
+
+    fn has_room_for(&self, _bytes: usize) -> bool {
+        true
+    }
+
+    fn oldest_section(&self) -> u64 {
+        self.oldest_section.load(Ordering::Relaxed)
+    }
+
+    fn bodies(&self) -> Option<&BodyFiles> {
+        None
+    }
+
+    fn begin_snapshot(&self, seq: u64, next_id: u64) -> io::Result<PgSnapshot> {
+        let mut conn = Conn::open(&self.target).map_err(PgError::into_io)?;
+        let schema = self.target.schema();
+        conn.execute(&format!(
+            "DELETE FROM {schema}.snapshot_chunks WHERE section = {seq};
+             INSERT INTO {schema}.snapshots (section, next_id) VALUES ({seq}, {next_id})
+                 ON CONFLICT (section) DO UPDATE SET next_id = EXCLUDED.next_id, complete = false;"
+        ))
+        .map_err(PgError::into_io)?;
+        Ok(PgSnapshot {
+            conn,
+            section: seq,
+            chunks: 0,
+            jobs: 0,
+            bytes: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    fn add_to_snapshot(&self, s: &mut PgSnapshot, jobs: &[Change]) -> io::Result<()> {
+        s.buf.clear();
+        for change in jobs {
+            encode_change(change, &mut s.buf);
+        }
+        let sql = format!(
+            "INSERT INTO {}.snapshot_chunks (section, chunk, records) VALUES ($1, $2, $3)",
+            self.target.schema()
+        );
+        let (runtime, link) = s.conn.parts();
+        let done = runtime.block_on(
+            sqlx::query(&sql)
+                .bind(s.section as i64)
+                .bind(s.chunks)
+                .bind(&s.buf[..])
+                .execute(&mut *link),
+        );
+        done.map_err(|e| s.conn.error(e).into_io())?;
+        s.chunks += 1;
+        s.jobs += jobs.len() as u64;
+        s.bytes += s.buf.len() as u64;
+        Ok(())
+    }
+
+    fn complete_snapshot(&self, mut s: PgSnapshot) -> io::Result<u64> {
+        let pid = self.writer_pid.load(Ordering::Acquire);
+        let schema = self.target.schema();
+        let seq = s.section;
+        // Where section `seq` starts: its first batch, or the end of the log when none is
+        // written yet (every batch before is in an earlier section). Completed only while
+        // the writer (another session) still holds the writer lock: a node that lost it
+        // must not compact the log another node now writes.
+        let completed = s
+            .conn
+            .execute_counting(&format!(
+                "UPDATE {schema}.snapshots SET complete = true, start_pos = COALESCE(
+                     (SELECT min(pos) FROM {schema}.log WHERE section >= {seq}),
+                     GREATEST(
+                         (SELECT COALESCE(max(pos + length(records)), 0) FROM {schema}.log),
+                         (SELECT COALESCE(max(start_pos), 0) FROM {schema}.snapshots
+                          WHERE complete)))
+                 WHERE section = {seq} AND EXISTS (
+                     SELECT 1 FROM pg_locks
+                     WHERE locktype = 'advisory' AND granted AND pid = {pid});"
+            ))
+            .map_err(PgError::into_io)?;
+        if completed != 1 {
+            return Err(io::Error::other(
+                "the writer lost its lock on the storage; the snapshot is not completed",
+            ));
+        }
+        self.snapshot_bytes.store(s.bytes, Ordering::Relaxed);
+        *self.snapshot_conn.lock().expect("snapshot conn lock") = Some((s.conn, seq));
+        Ok(s.jobs)
+    }
+
+    fn drop_covered(&self, seq: u64) -> io::Result<()> {
+        let mut conn = self.compaction_conn(seq)?;
+        let schema = self.target.schema();
+        conn.execute(&format!("BEGIN; {} COMMIT;", drop_covered_sql(schema, seq)))
+            .map_err(PgError::into_io)?;
+        self.sections
+            .lock()
+            .expect("sections lock")
+            .retain(|&section, _| section >= seq);
+        self.oldest_section.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! The tables in the schema, made at start, and the `meta` rows that say which jobyard
+//! wrote them: a schema from a newer jobyard is refused rather than misread.
+
+use sqlx::Row;
+
+use super::conn::Conn;
+use super::error::PgError;
+
+/// The layout this jobyard writes. Raise it with every change to the tables, and teach
+/// [`prepare`] to migrate from the one before.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Creates the schema and its tables if they are not there, and checks the version of
+/// one that is. Returns the cluster id (made with the tables, kept for good).
+pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> {
+    conn.execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.meta (
+             key text PRIMARY KEY,
+             value text NOT NULL);
+         CREATE TABLE IF NOT EXISTS {schema}.log (
+             pos bigint PRIMARY KEY,
+             section bigint NOT NULL,
+             records bytea NOT NULL);
+         CREATE INDEX IF NOT EXISTS log_section ON {schema}.log (section);
+         CREATE TABLE IF NOT EXISTS {schema}.snapshots (
+             section bigint PRIMARY KEY,
+             next_id bigint NOT NULL,
+             start_pos bigint NOT NULL DEFAULT 0,
+             complete boolean NOT NULL DEFAULT false);
+         CREATE TABLE IF NOT EXISTS {schema}.snapshot_chunks (
+             section bigint NOT NULL,
+             chunk integer NOT NULL,
+             records bytea NOT NULL,
+             PRIMARY KEY (section, chunk));
+         INSERT INTO {schema}.meta (key, value) VALUES
+             ('schema_version', '{SCHEMA_VERSION}'),
+             ('cluster_id', md5(random()::text || clock_timestamp()::text))
+             ON CONFLICT (key) DO NOTHING;"
+    ))?;
+    let version = meta_value(conn, schema, "schema_version")?;
+    let version: i64 = version.trim().parse().map_err(|_| {
+        PgError::fatal(format!(
+            "schema {schema}: its schema_version {version:?} is not a number; is it jobyard's?"
+        ))
+    })?;
+    if version > SCHEMA_VERSION {
+        return Err(PgError::fatal(format!(
+            "schema {schema} was written by a newer jobyard (schema version {version}; this \
+             one knows up to {SCHEMA_VERSION}): upgrade jobyard, or use another --storage-schema"
+        )));
+    }
+    meta_value(conn, schema, "cluster_id")
+}
+
+/// One `meta` value.
+pub(crate) fn meta_value(conn: &mut Conn, schema: &str, key: &str) -> Result<String, PgError> {
+    let sql = format!("SELECT value FROM {schema}.meta WHERE key = $1");
+    let (runtime, link) = conn.parts();
+    let row = runtime.block_on(sqlx::query(&sql).bind(key).fetch_optional(&mut *link));
+    match row.map_err(|e| conn.error(e))? {
+        Some(row) => Ok(row.get::<String, _>(0)),
+        None => Err(PgError::fatal(format!(
+            "schema {schema}: its meta table has no {key}; is it jobyard's?"
+        ))),
+    }
+}
+
+/// Sets one `meta` value.
+pub(crate) fn set_meta(
+    conn: &mut Conn,
+    schema: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), PgError> {
+    let sql = format!(
+        "INSERT INTO {schema}.meta (key, value) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+    );
+    let (runtime, link) = conn.parts();
+    let done = runtime.block_on(sqlx::query(&sql).bind(key).bind(value).execute(&mut *link));
+    done.map(|_| ()).map_err(|e| conn.error(e))
+}
