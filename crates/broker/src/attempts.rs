@@ -61,27 +61,26 @@ impl AttemptLog {
                 how: close.how,
                 error: close.error.as_ref().map(|e| cut(e)),
             };
-            let list = self.live.entry(close.job).or_insert_with(|| {
-                self.sweep_order.push_back(close.job);
-                VecDeque::new()
-            });
-            if list.len() == ATTEMPTS_PER_JOB {
-                list.pop_front();
-            }
-            list.push_back(attempt);
-            if !exists(close.job) {
-                self.ended(close.job);
+            if exists(close.job) {
+                let list = self.live.entry(close.job).or_insert_with(|| {
+                    self.sweep_order.push_back(close.job);
+                    VecDeque::new()
+                });
+                push_bounded(list, attempt);
+            } else {
+                // Most jobs end with their first lease: straight to the ended ones, with no
+                // stop in the live map.
+                let mut list = self.live.remove(&close.job).unwrap_or_default();
+                push_bounded(&mut list, attempt);
+                self.keep_ended(close.job, list);
             }
         }
         self.buffer = closes;
         self.buffer.clear();
     }
 
-    /// Moves a job's attempts to the recently ended ones.
-    fn ended(&mut self, job: JobId) {
-        let Some(list) = self.live.remove(&job) else {
-            return;
-        };
+    /// Keeps an ended job's attempts among the recently ended ones.
+    fn keep_ended(&mut self, job: JobId, list: VecDeque<Attempt>) {
         if self.finished_order.len() == FINISHED_KEPT {
             if let Some(oldest) = self.finished_order.pop_front() {
                 self.finished.remove(&oldest);
@@ -93,18 +92,27 @@ impl AttemptLog {
 
     /// Checks up to [`SWEEP_BATCH`] live jobs and moves those that ended without a lease
     /// ending to the recently ended ones.
+    ///
+    /// Entries of jobs that ended through a lease close are dropped on the way without
+    /// counting towards the batch: they accumulate no faster than leases end, so the
+    /// sweep's order never holds more than a second's worth of them beyond the live jobs.
     pub(crate) fn sweep(&mut self, exists: impl Fn(JobId) -> bool) {
-        for _ in 0..self.sweep_order.len().min(SWEEP_BATCH) {
+        let mut checked = 0;
+        for _ in 0..self.sweep_order.len() {
+            if checked == SWEEP_BATCH {
+                break;
+            }
             let Some(job) = self.sweep_order.pop_front() else {
                 break;
             };
             if !self.live.contains_key(&job) {
-                continue; // ended through a lease close already
+                continue;
             }
+            checked += 1;
             if exists(job) {
                 self.sweep_order.push_back(job);
-            } else {
-                self.ended(job);
+            } else if let Some(list) = self.live.remove(&job) {
+                self.keep_ended(job, list);
             }
         }
     }
@@ -117,6 +125,14 @@ impl AttemptLog {
         let list = self.finished.get(&job)?;
         Some((list.iter().cloned().collect(), true))
     }
+}
+
+/// Adds the newest attempt, dropping the oldest past [`ATTEMPTS_PER_JOB`].
+fn push_bounded(list: &mut VecDeque<Attempt>, attempt: Attempt) {
+    if list.len() == ATTEMPTS_PER_JOB {
+        list.pop_front();
+    }
+    list.push_back(attempt);
 }
 
 /// The error text kept: valid UTF-8 (lossy), at most [`ERROR_BYTES`] bytes.
@@ -181,6 +197,19 @@ mod tests {
         log.sweep(|_| false);
         assert!(log.of(5).unwrap().1, "deleted while buried: ended");
         assert!(log.live.is_empty() && log.sweep_order.is_empty());
+
+        // Jobs released, then ended by a lease close, leave only stale entries: one sweep
+        // drops them all, however many.
+        for job in 1_000_000..1_000_000 + 3 * SWEEP_BATCH as u64 {
+            log.buffer.push(close(job, LeaseClose::Released, None));
+        }
+        log.record(2_000_000, 5_000, |_| true);
+        for job in 1_000_000..1_000_000 + 3 * SWEEP_BATCH as u64 {
+            log.buffer.push(close(job, LeaseClose::Ok, None));
+        }
+        log.record(2_000_000, 5_000, |_| false);
+        log.sweep(|_| true);
+        assert!(log.sweep_order.is_empty());
 
         for job in 100..100 + FINISHED_KEPT as u64 {
             log.buffer.push(close(job, LeaseClose::Ok, None));
