@@ -1,14 +1,18 @@
 """`--storage postgres://`: every acknowledged job survives kill -9 of the server, with its
-state, priority, delay and TTR, and what the log holds stays proportional to the live data
-(compaction into a snapshot table)."""
+state, priority, delay and TTR (beanstalkd's and Gearman's background jobs), also when
+PostgreSQL restarts under the server, and what the log holds stays proportional to the live
+data (compaction into a snapshot table)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import threading
 import time
 
 import greenstalk
 
-from jobyard_testlib import Raw
+from jobyard_testlib import Raw, free_port
 
 N_READY = 300
 
@@ -89,4 +93,51 @@ def test_the_log_is_compacted_into_a_snapshot(start_pg_server, postgres, pg_url)
         time.sleep(0.5)
     srv.restart(crash=True)
     expected = {jid: ("ready", 5, 60, body) for jid, body in kept.items()}
+    check_jobs(srv.address, expected)
+
+
+def gearman_tool(tool: str, port: int, *args: str) -> str:
+    out = subprocess.run(
+        [tool, "-h", "127.0.0.1", "-p", str(port), *args],
+        capture_output=True, timeout=60, check=True,
+    )
+    return out.stdout.decode()
+
+
+def test_gearman_background_jobs_survive_kill9(start_pg_server):
+    gport = free_port()
+    srv = start_pg_server(extra_args=("--gearman-listen", f"127.0.0.1:{gport}"))
+    for i in range(5):
+        gearman_tool("gearman", gport, "-b", "-f", "pg_bg", f"job{i}")
+    srv.restart(crash=True)
+    status = gearman_tool("gearadmin", gport, "--status")
+    assert "pg_bg\t5\t0\t0" in status.splitlines(), status
+    # A worker gets every one of them, bodies intact.
+    bodies = gearman_tool("gearman", gport, "-w", "-f", "pg_bg", "-c", "5")
+    assert sorted(re.findall(r"job\d", bodies)) == [f"job{i}" for i in range(5)], bodies
+
+
+def test_postgres_restarted_under_the_server_loses_nothing(start_pg_server, postgres):
+    srv = start_pg_server()
+    expected = {}
+    with greenstalk.Client(srv.address, encoding=None) as client:
+        for i in range(50):
+            expected[client.put(b"before-%d" % i, priority=1)] = ("ready", 1, 60, b"before-%d" % i)
+    postgres.stop()
+    acked = []
+
+    def put_while_down():
+        # Not acknowledged while PostgreSQL is away; acknowledged once it is back.
+        with greenstalk.Client(srv.address, encoding=None) as client:
+            acked.append(client.put(b"during", priority=2))
+
+    putter = threading.Thread(target=put_while_down)
+    putter.start()
+    time.sleep(1.5)
+    assert not acked, "a put was acknowledged while PostgreSQL was down"
+    postgres.start()
+    putter.join(60)
+    assert acked, srv.log_tail()
+    expected[acked[0]] = ("ready", 2, 60, b"during")
+    srv.restart(crash=True)
     check_jobs(srv.address, expected)

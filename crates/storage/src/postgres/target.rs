@@ -50,8 +50,11 @@ impl PgTarget {
                 "--storage {shown}: not a valid PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)"
             ))
         })?;
+        // The tables are made with IF NOT EXISTS at every start: PostgreSQL's notices
+        // that they exist are not worth a log line each.
         options = options
             .application_name("jobyard")
+            .options([("client_min_messages", "warning")])
             .disable_statement_logging();
         let has_password = redact_url(&url_for_client) != url_for_client
             || std::env::var_os("PGPASSWORD").is_some();
