@@ -1,6 +1,7 @@
 """`--storage postgres://` when things are wrong: the password never shows in logs, errors
-or /metrics; a PostgreSQL that is down at start is waited for; a second node on the same
-storage, a wrong password, a missing database and a newer schema are refused in one line."""
+or /metrics (and may come from a password file); a PostgreSQL that is down at start is
+waited for; a second node on the same storage, a wrong password, a missing database, a
+newer schema and a log with a row missing are refused in one line."""
 
 from __future__ import annotations
 
@@ -87,3 +88,32 @@ def test_postgres_down_at_start_is_waited_for(start_pg_server, postgres, pg_url)
         client.put("after the wait")
     log = srv.log_path.read_text()
     assert "cannot reach PostgreSQL" in log and "trying again" in log, log
+
+
+def test_a_password_file_named_in_the_url_is_used(
+    start_pg_server, postgres, pg_url, monkeypatch, tmp_path
+):
+    monkeypatch.delenv("PGPASSWORD")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"# jobyard's\n127.0.0.1:{postgres.port}:*:postgres:{postgres.password}\n")
+    passfile.chmod(0o600)
+    srv = start_pg_server(url=f"{pg_url}?sslmode=disable&passfile={passfile}")
+    with greenstalk.Client(srv.address) as client:
+        client.put("with a password file")
+    assert postgres.password not in srv.log_path.read_text()
+
+
+def test_a_missing_log_row_is_refused_not_skipped(start_pg_server, postgres, pg_url):
+    srv = start_pg_server()
+    with greenstalk.Client(srv.address) as client:
+        for i in range(5):
+            client.put(f"job {i}")  # one batch each: every put waits for its reply
+    srv.kill9()
+    db = pg_url.rsplit("/", 1)[1]
+    postgres.sql(
+        "DELETE FROM jobyard.log WHERE pos = (SELECT pos FROM jobyard.log ORDER BY pos "
+        "OFFSET 2 LIMIT 1)",
+        db=db,
+    )
+    err = start_failing(start_pg_server)
+    assert "rows are missing" in err, err
