@@ -1,9 +1,10 @@
 """The dashboard's charts, job search and attempts in a real headless browser, under load:
 beanstalkd producers and consumers (greenstalk) and an HTTP worker that fails some jobs run
 while the page is open. The charts (the server's own history, sampled once a second) show
-non-zero put/completed/failed rates, depth and latency percentiles, overall and per queue,
-over 5 minutes and an hour; the header's search finds a job; a job's page lists its attempts
-(released, lease expired, failed with its error text). Screenshots go to a temporary
+non-zero put/completed/failed rates, depth and latency percentiles over 5 minutes and an
+hour, for all queues and for one (chosen on the overview, or on the queue's page); the
+header's search finds a job; a job's page lists its attempts (released, lease expired,
+failed with its error text). Screenshots go to a temporary
 directory (printed); JOBYARD_DOCS_SCREENSHOT=1 also refreshes docs/dashboard.png."""
 
 from __future__ import annotations
@@ -172,6 +173,15 @@ def test_charts_search_and_attempts_under_load(browser, http, shots):
             "css selector", ".charts-bar a[data-window='3600']").get_attribute("class")
             and charts_show(d, [("rates", "put"), ("rates", "completed")]), "the hour's charts")
         browser.save_screenshot(str(shots / "overview-1h.png"))
+
+        # One queue on the overview: reports buries nothing, all queues together do.
+        from selenium.webdriver.support.ui import Select
+        Select(browser.find_element("id", "chart-queue")).select_by_value("reports")
+        wait_until(browser, lambda d: series_max(d, "depth", "buried") == 0
+                   and charts_show(d, [("rates", "failed")]), "the reports queue on the overview")
+        time.sleep(2.5)  # a refresh of the overview keeps the choice
+        assert series_max(browser, "depth", "buried") == 0
+        assert Select(browser.find_element("id", "chart-queue")).first_selected_option.text == "reports"
 
         # Per queue: the queue page draws that queue's own charts.
         browser.get(http.url("/#/queue/reports/ready"))

@@ -70,7 +70,8 @@ async function queuesView() {
   $("#overview-queues").innerHTML = `<table id="queues"><tr><th>queue</th><th class="num">ready</th><th class="num">reserved</th><th class="num">delayed</th>
     <th class="num">buried</th><th class="num">waiting</th><th class="num">created</th><th class="num">completed</th>
     <th class="num">failed</th><th class="num">next ready age</th></tr>${rows}</table>`;
-  await drawCharts(null);
+  chartQueueChoices(o.queues.map((q) => q.name));
+  await drawCharts(overviewQueue);
 }
 
 async function queueView(name, state, after) {

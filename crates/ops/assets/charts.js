@@ -9,6 +9,8 @@ const WINDOWS = [
   { s: 3600, label: "1 hour" },
 ];
 let chartWindow = 300;
+// The queue the overview charts (null: all of them), chosen in its charts' bar.
+let overviewQueue = null;
 
 const CHARTS = [
   {
@@ -118,9 +120,29 @@ function chartsSection(queue) {
     (w) => `<a href="#" role="button" data-window="${w.s}" class="${w.s === chartWindow ? "on" : ""}"
       onclick="return setChartWindow(${w.s}, this)">${w.label}</a>`
   ).join("");
-  const who = queue === null ? "" : ` data-queue="${esc(queue)}"`;
-  return `<div class="bar charts-bar"${who}><b>${queue === null ? "All queues" : "Queue " + esc(queue)}</b>
+  if (queue === null) {
+    return `<div class="bar charts-bar"><select id="chart-queue" aria-label="queue charted"
+      onchange="chooseChartQueue(this.value)"><option value="">All queues</option></select>
+      <span class="muted">last</span>${buttons}</div><div id="charts" class="charts"></div>`;
+  }
+  return `<div class="bar charts-bar" data-queue="${esc(queue)}"><b>Queue ${esc(queue)}</b>
     <span class="muted">last</span>${buttons}</div><div id="charts" class="charts"></div>`;
+}
+
+// The overview's choice of queues, redrawn only when the queues change (an open list is
+// not closed under the operator's pointer by every refresh).
+function chartQueueChoices(names) {
+  const select = $("#chart-queue");
+  if (!select) return;
+  const want = ["", ...names];
+  if ([...select.options].map((o) => o.value).join("\n") === want.join("\n")) return;
+  select.innerHTML = want.map((n) => `<option value="${esc(n)}">${n ? esc(n) : "All queues"}</option>`).join("");
+  select.value = overviewQueue ?? "";
+}
+
+function chooseChartQueue(name) {
+  overviewQueue = name || null;
+  drawCharts(overviewQueue);
 }
 
 async function drawCharts(queue) {
@@ -144,7 +166,7 @@ async function drawCharts(queue) {
 }
 
 function setChartWindow(s, button) {
-  const queue = button.closest(".charts-bar").dataset.queue ?? null;
+  const queue = button.closest(".charts-bar").dataset.queue ?? overviewQueue;
   chartWindow = s;
   document.querySelectorAll(".charts-bar a").forEach((b) => b.classList.toggle("on", +b.dataset.window === s));
   drawCharts(queue);
@@ -152,3 +174,4 @@ function setChartWindow(s, button) {
 }
 
 window.setChartWindow = setChartWindow;
+window.chooseChartQueue = chooseChartQueue;
