@@ -6,7 +6,7 @@ use jobyard_engine::Change;
 use super::backend::PgLog;
 use super::conn::Conn;
 use super::error::PgError;
-use super::lock::take_writer_lock;
+use super::lock::take_writer_lock_at_start;
 use super::recover::{recover, LogEnd};
 use super::schema::{prepare, set_meta};
 use super::target::PgTarget;
@@ -28,7 +28,7 @@ impl PgStore {
     pub fn open(target: &PgTarget) -> Result<PgStore, PgError> {
         let mut conn = Conn::open(target)?;
         // Locked before the tables are touched: two nodes never create them at once.
-        let writer_pid = take_writer_lock(&mut conn, target.schema(), target.shown())?;
+        let writer_pid = take_writer_lock_at_start(&mut conn, target.schema(), target.shown())?;
         let cluster_id = prepare(&mut conn, target.schema())?;
         set_meta(&mut conn, target.schema(), "holder", &holder_name())?;
         Ok(PgStore {
