@@ -145,18 +145,21 @@ function chooseChartQueue(name) {
   drawCharts(overviewQueue);
 }
 
+// Draws in #charts once the history arrives, unless a later draw was asked for meanwhile
+// (another window, queue or page): a slow answer never paints over a newer choice.
+let drawing = 0;
 async function drawCharts(queue) {
-  const where = $("#charts");
-  if (!where) return;
+  if (!$("#charts")) return;
+  const mine = ++drawing;
   let h;
   try {
     h = await api(`/history?window=${chartWindow}${queue === null ? "" : "&queue=" + enc(queue)}`);
   } catch (e) {
-    where.innerHTML = `<p class="muted">no history: ${esc(e.message)}</p>`;
+    if (mine === drawing && $("#charts")) $("#charts").innerHTML = `<p class="muted">no history: ${esc(e.message)}</p>`;
     return;
   }
   const now = $("#charts");
-  if (!now) return;
+  if (!now || mine !== drawing) return;
   // As many columns as fit at 340 px or more each, three at most.
   const gap = 12;
   const columns = Math.max(1, Math.min(3, Math.floor((now.clientWidth + gap) / (340 + gap))));
