@@ -31,10 +31,15 @@ impl Default for Compaction {
 
 /// Checks the log's size now and then, and snapshots the engine when it pays off.
 pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
-    let (Some(log), Some(dir)) = (broker.log.as_ref(), broker.data_dir.clone()) else {
+    let Some(log) = broker.log.as_ref() else {
         return;
     };
-    let counted = log.stored_bytes().is_some();
+    // A log in PostgreSQL keeps its own count; segment files are measured on disk.
+    let dir = match (log.stored_bytes(), broker.data_dir.clone()) {
+        (Some(_), _) => None,
+        (None, Some(dir)) => Some(dir),
+        (None, None) => return,
+    };
     let policy = broker.compaction;
     let mut checked_at = None;
     loop {
@@ -48,13 +53,11 @@ pub(crate) async fn compact_when_needed(broker: Arc<Broker>) {
         if checked_at.replace(written) == Some(written) {
             continue;
         }
-        let disk = if counted {
-            log.stored_bytes().unwrap_or(0)
-        } else {
-            let dir = dir.clone();
-            tokio::task::spawn_blocking(move || jobyard_storage::disk_bytes(&dir))
+        let disk = match dir.clone() {
+            Some(dir) => tokio::task::spawn_blocking(move || jobyard_storage::disk_bytes(&dir))
                 .await
-                .unwrap_or(0)
+                .unwrap_or(0),
+            None => log.stored_bytes().unwrap_or(0),
         };
         // The cut and the order of jobs are taken under the lock; the copy is not.
         let started = {

@@ -86,16 +86,17 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// A broker over an engine recovered from `log`'s directory (or an in-memory one when
-    /// `log` is `None`). `durable_changed` must be the notifier the log's writer signals.
+    /// A broker over an engine recovered from `log` and its data directory (none when the
+    /// log is in PostgreSQL), or an in-memory one when `log` is `None`. `durable_changed`
+    /// must be the notifier the log's writer signals.
     pub fn new(
         engine: EngineCore,
-        log: Option<(Log, PathBuf)>,
+        log: Option<(Log, Option<PathBuf>)>,
         durable_changed: Arc<Notify>,
         compaction: Compaction,
     ) -> Arc<Broker> {
         let (log, data_dir) = match log {
-            Some((log, dir)) => (Some(log), Some(dir)),
+            Some((log, dir)) => (Some(log), dir),
             None => (None, None),
         };
         let mut engine = engine;

@@ -79,11 +79,9 @@ impl Broker {
         }
         if let Some(postgres) = &options.postgres {
             let log = open_postgres(postgres, &options, &mut engine, durable_changed.clone())?;
-            // The log keeps its own count of what it stores (`Log::stored_bytes`), so
-            // compaction never measures a directory: the path is never used.
             return Ok(Broker::new(
                 engine,
-                Some((log, PathBuf::new())),
+                Some((log, None)),
                 durable_changed,
                 options.compaction,
             ));
@@ -99,7 +97,7 @@ impl Broker {
         let (log, lock) = open_dir(dir, &options, &mut engine, durable_changed.clone())?;
         let broker = Broker::new(
             engine,
-            Some((log, dir.clone())),
+            Some((log, Some(dir.clone()))),
             durable_changed,
             options.compaction,
         );
