@@ -108,6 +108,11 @@ def test_every_reply_matches_its_schema(http):
     c.call("DELETE", f"/v1/workers/{w}")
     c.call("DELETE", f"/v1/workers/{w}")
     c.call("POST", "/v1/queues/s1/jobs", data=b"{")
+    c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": "100/s", "pause_seconds": 60})
+    c.call("GET", "/v1/queues/s9/policy")
+    c.call("GET", "/v1/queues/s9")
+    c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": "fast"})
+    c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": None, "paused": False})
     flow_scenario(c)
     described = {(m.upper(), p) for p, item in DOC["paths"].items() for m in item}
     assert described == c.seen, described ^ c.seen

@@ -197,7 +197,7 @@ fn policy_keys(y: &mut String, t: &Queue, now: Millis) {
         let _ = writeln!(y, "lease-limit: {}", t.lease_limit);
     }
     if let (Some(limit), Some(tokens)) = (t.rate_limit(), t.rate_tokens(now)) {
-        let _ = writeln!(y, "rate-limit: \"{limit}\"\nrate-limit-tokens: {tokens}");
+        let _ = writeln!(y, "rate-limit: {limit}\nrate-limit-tokens: {tokens}");
     }
 }
 
@@ -304,6 +304,6 @@ mod tests {
             &keys(&limited)[14..],
             ["lease-limit", "rate-limit", "rate-limit-tokens"]
         );
-        assert!(limited.ends_with("lease-limit: 4\nrate-limit: \"10/s\"\nrate-limit-tokens: 10\n"));
+        assert!(limited.ends_with("lease-limit: 4\nrate-limit: 10/s\nrate-limit-tokens: 10\n"));
     }
 }

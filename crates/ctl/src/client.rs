@@ -43,12 +43,32 @@ impl Client {
 
     /// Calls the admin API at `path`; the JSON reply, or the server's message.
     pub fn call(&self, method: &str, path: &str) -> Result<Value, Failure> {
-        let url = format!("{}/admin/api{path}", self.base);
+        self.request(method, &format!("/admin/api{path}"), None)
+    }
+
+    /// Calls the HTTP API (`/v1...`) at `path`, with a JSON body if given.
+    pub fn call_api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, Failure> {
+        self.request(method, &format!("/v1{path}"), body)
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, Failure> {
+        let url = format!("{}{path}", self.base);
         let mut req = self.agent.request(method, &url);
         if let Some(token) = &self.token {
             req = req.set("Authorization", &format!("Bearer {token}"));
         }
-        let (status, text) = match req.call() {
+        let sent = match body {
+            Some(body) => req
+                .set("Content-Type", "application/json")
+                .send_string(&body.to_string()),
+            None => req.call(),
+        };
+        let (status, text) = match sent {
             Ok(r) => (r.status(), r.into_string()),
             Err(ureq::Error::Status(code, r)) => (code, r.into_string()),
             Err(e) => return Err(Failure(format!("cannot reach {}: {e}", self.base), 2)),

@@ -1,6 +1,7 @@
 //! `jobyard ctl`: an operator's view of a running server, over its HTTP admin API
 //! (`/admin/api/`, the same the dashboard uses): every queue whatever protocol fills it,
-//! a queue's jobs page by page, and the actions (kick, delete, bury, pause, resume, drain).
+//! a queue's jobs page by page, and the actions (kick, delete, bury, pause, resume, drain);
+//! and a queue's policy (lease limit, rate limit, pause) over the HTTP API's policy route.
 //!
 //! Tables are aligned for a terminal; `--json` prints the API's JSON for scripts. Exit
 //! codes: 0 done, 1 the server refused (not found, wrong state), 2 usage or connection
@@ -74,6 +75,50 @@ pub enum CtlCommand {
     Resume { queue: String },
     /// Refuse new jobs on every protocol until restart (as SIGUSR1).
     Drain,
+    /// Show a queue's policy, or change the parts given (logged: kept across restarts).
+    Policy {
+        queue: String,
+        #[command(flatten)]
+        change: PolicyChange,
+    },
+}
+
+/// What `jobyard ctl policy` changes; nothing given only shows the policy.
+#[derive(Args, Debug, Default)]
+pub struct PolicyChange {
+    /// At most this many jobs handed out per second, minute or hour: 10/s, 600/m, 36000/h.
+    #[arg(long, conflicts_with = "no_rate_limit")]
+    pub rate_limit: Option<String>,
+    /// Remove the rate limit.
+    #[arg(long)]
+    pub no_rate_limit: bool,
+    /// At most this many jobs leased at once; 0 removes the limit.
+    #[arg(long)]
+    pub lease_limit: Option<u32>,
+    /// Pause for this many seconds, then resume by itself (`pause`/`resume` for the rest).
+    #[arg(long)]
+    pub pause_seconds: Option<u32>,
+}
+
+impl PolicyChange {
+    /// The body of the policy route's PATCH, or `None` when nothing is to change.
+    fn body(&self) -> Option<Value> {
+        let mut body = serde_json::Map::new();
+        if let Some(rate) = &self.rate_limit {
+            body.insert("rate_limit".into(), rate.clone().into());
+        }
+        if self.no_rate_limit {
+            body.insert("rate_limit".into(), Value::Null);
+        }
+        if let Some(limit) = self.lease_limit {
+            body.insert("lease_limit".into(), limit.into());
+        }
+        if let Some(secs) = self.pause_seconds {
+            body.insert("paused".into(), true.into());
+            body.insert("pause_seconds".into(), secs.into());
+        }
+        (!body.is_empty()).then_some(Value::Object(body))
+    }
 }
 
 /// Runs `jobyard ctl`; returns the process exit code.
@@ -147,6 +192,14 @@ fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
             table::done,
         ),
         Drain => (client.call("POST", "/drain")?, table::done),
+        Policy { queue, change } => {
+            let path = format!("/queues/{}/policy", enc(queue));
+            let v = match change.body() {
+                Some(body) => client.call_api("PATCH", &path, Some(&body))?,
+                None => client.call_api("GET", &path, None)?,
+            };
+            (v, table::policy)
+        }
     };
     if args.json {
         println!("{v}");
@@ -165,5 +218,28 @@ mod tests {
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
         assert_eq!(enc("plain-name_1.x"), "plain-name_1.x");
         assert_eq!(enc("~é&?%"), "~%C3%A9%26%3F%25");
+    }
+
+    #[test]
+    fn a_policy_change_sends_only_what_was_given() {
+        assert_eq!(PolicyChange::default().body(), None);
+        let change = PolicyChange {
+            rate_limit: Some("10/s".into()),
+            lease_limit: Some(0),
+            ..PolicyChange::default()
+        };
+        assert_eq!(
+            change.body().unwrap(),
+            serde_json::json!({"rate_limit": "10/s", "lease_limit": 0})
+        );
+        let change = PolicyChange {
+            no_rate_limit: true,
+            pause_seconds: Some(30),
+            ..PolicyChange::default()
+        };
+        assert_eq!(
+            change.body().unwrap(),
+            serde_json::json!({"rate_limit": null, "paused": true, "pause_seconds": 30})
+        );
     }
 }

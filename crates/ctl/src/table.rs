@@ -196,6 +196,24 @@ pub fn job(v: &Value) -> String {
     render(&["FIELD", "VALUE"], &rows)
 }
 
+/// A queue's policy, one field a line.
+pub fn policy(v: &Value) -> String {
+    let keys = [
+        "queue",
+        "lease_limit",
+        "rate_limit",
+        "rate_tokens",
+        "paused",
+        "paused_until_ms",
+        "waiting_workers",
+    ];
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| vec![k.to_string(), s(&v[*k])])
+        .collect();
+    render(&["FIELD", "VALUE"], &rows)
+}
+
 pub fn done(v: &Value) -> String {
     let fields: Vec<String> = v
         .as_object()

@@ -27,6 +27,7 @@ mod leasing;
 /// Every bound on what a client sends (docs/http-api.md, "Limits").
 pub mod limits;
 mod listener;
+mod queue_policy;
 mod queues;
 mod routes;
 /// Who may use the listener: tokens and roles, the guard, TLS, the loopback rule.

@@ -65,6 +65,8 @@ fn counts(name: &[u8], queue: Option<&Queue>, now: u64) -> Value {
     obj.insert("total_deleted".into(), n(|q| q.cmd_delete));
     obj.insert("total_timeouts".into(), n(|q| q.total_timeouts));
     obj.insert("lease_limit".into(), n(|q| q.lease_limit as u64));
+    let rate = queue.and_then(Queue::rate_limit);
+    obj.insert("rate_limit".into(), rate.map(|r| r.to_string()).into());
     obj.insert(
         "paused".into(),
         Value::Bool(queue.is_some_and(|q| q.is_paused(now))),

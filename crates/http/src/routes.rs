@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, MethodRouter};
+use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::extract::PathText;
 use crate::flows::definitions;
 use crate::limits::MAX_URI_BYTES;
 use crate::state::{Api, Command};
-use crate::{flows, jobs, leases, queues};
+use crate::{flows, jobs, leases, queue_policy, queues};
 
 /// (method, path, handler) of every route.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
@@ -24,6 +24,16 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
         ("GET", "/v1/queues/{queue}", get(queues::queue_counts)),
         ("POST", "/v1/queues/{queue}/jobs", post(jobs::put)),
         ("GET", "/v1/queues/{queue}/jobs", get(queues::list_jobs)),
+        (
+            "GET",
+            "/v1/queues/{queue}/policy",
+            get(queue_policy::get_policy),
+        ),
+        (
+            "PATCH",
+            "/v1/queues/{queue}/policy",
+            patch(queue_policy::set_policy),
+        ),
         ("GET", "/v1/jobs/{id}", get(jobs::get)),
         ("DELETE", "/v1/jobs/{id}", delete(jobs::delete)),
         ("GET", "/v1/jobs/{id}/result", get(jobs::result)),

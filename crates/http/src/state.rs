@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 31] = [
+pub const COMMAND_NAMES: [&str; 33] = [
     "put",
     "get-job",
     "delete-job",
@@ -74,6 +74,8 @@ pub const COMMAND_NAMES: [&str; 31] = [
     "flow-fail",
     "flow-delay",
     "lookup-flow-jobs",
+    "queue-policy",
+    "set-queue-policy",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -110,6 +112,8 @@ pub enum Command {
     FlowFail,
     FlowDelay,
     LookupFlowJobs,
+    QueuePolicy,
+    SetQueuePolicy,
 }
 
 impl Api {

@@ -87,6 +87,9 @@ struct QueueFigures {
     paused: bool,
     head_age: f64,
     totals: [(&'static str, u64); 5],
+    /// The policy's limits, when set: jobs per second of the rate limit, and the lease limit.
+    rate_per_sec: Option<f64>,
+    lease_limit: u32,
 }
 
 fn record_queues(broker: &Broker) {
@@ -116,6 +119,10 @@ fn record_queues(broker: &Broker) {
                     ("jobyard_queue_jobs_deleted_total", q.cmd_delete),
                     ("jobyard_queue_leases_expired_total", q.total_timeouts),
                 ],
+                rate_per_sec: q
+                    .rate_limit()
+                    .map(|r| r.count as f64 * 1000.0 / r.per_ms as f64),
+                lease_limit: q.lease_limit,
             })
             .collect();
         (txn.total_jobs, txn.job_timeouts, queues)
@@ -133,6 +140,12 @@ fn record_queues(broker: &Broker) {
             0.0
         });
         gauge!("jobyard_queue_next_ready_age_seconds", "queue" => q.name.clone()).set(q.head_age);
+        if let Some(rate) = q.rate_per_sec {
+            gauge!("jobyard_queue_rate_limit_per_second", "queue" => q.name.clone()).set(rate);
+        }
+        if q.lease_limit > 0 {
+            gauge!("jobyard_queue_lease_limit", "queue" => q.name.clone()).set(q.lease_limit);
+        }
         for (metric, n) in q.totals {
             counter!(metric, "queue" => q.name.clone()).absolute(n);
         }

@@ -106,6 +106,8 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
         };
         broker.wait_durable(lsn).await;
     }
+    // So are the config's queue policies, before any front end hands out a job.
+    crate::settings::queue_policies::apply(&broker, &settings.queues).await;
 
     // systemd socket activation replaces the configured addresses, as in beanstalkd.
     let mut activated =

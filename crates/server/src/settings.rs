@@ -14,6 +14,8 @@ use clap::Args;
 use jobyard_engine::flows::FlowDefinition;
 use jobyard_storage::{redact_url, FsyncMode, PgLocation, DEFAULT_PG_SCHEMA};
 
+pub(crate) mod queue_policies;
+
 /// Everything the server needs to start.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -52,6 +54,8 @@ pub struct Settings {
     pub http_worker_idle: Duration,
     /// Flows declared at start (`--flows`), validated. Behind one pointer, as `gearman`.
     pub flows: std::sync::Arc<Vec<FlowDefinition>>,
+    /// Queue policies declared at start (`--queues`, the config's `[queues.NAME]` tables).
+    pub queues: std::sync::Arc<Vec<queue_policies::DeclaredQueue>>,
     /// `None`: the WMP manager is off (the default). Boxed to keep `Settings` small.
     pub wmp: Option<Box<WmpSettings>>,
     /// Tokens, TLS and exposure of the HTTP listener (docs/security.md). Boxed, as `gearman`.
@@ -94,6 +98,7 @@ impl Default for Settings {
             http_listen: None,
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             flows: Default::default(),
+            queues: Default::default(),
             wmp: None,
             http_security: Default::default(),
             gearman: Default::default(),
@@ -217,6 +222,10 @@ pub struct ServeArgs {
     /// in the config file, the `[[flows]]` tables may stand in it instead of a path.
     #[arg(long, env = "JOBYARD_FLOWS")]
     pub flows: Option<String>,
+    /// TOML file of `[queues.NAME]` tables (lease_limit, rate_limit, paused) set at start;
+    /// in the config file, the `[queues.NAME]` tables may stand in it instead of a path.
+    #[arg(long, env = "JOBYARD_QUEUES")]
+    pub queues: Option<String>,
     /// ZeroMQ endpoint where jobyard is a 14/WMP manager (docs/wmp.md), e.g.
     /// `tcp://127.0.0.1:5570`, or `off` [default: off].
     #[arg(long, env = "JOBYARD_WMP_LISTEN")]
@@ -321,6 +330,10 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
             // Flow definitions written in the config itself travel to `--flows` as JSON.
             toml::Value::Array(flows) if key == "flows" => {
                 serde_json::to_string(&flows).expect("TOML values serialize as JSON")
+            }
+            // So do the `[queues.NAME]` tables, to `--queues`.
+            toml::Value::Table(queues) if key == "queues" => {
+                serde_json::to_string(&queues).expect("TOML values serialize as JSON")
             }
             toml::Value::String(s) => s,
             toml::Value::Integer(n) => n.to_string(),
@@ -455,6 +468,10 @@ impl ServeArgs {
             flows: match &self.flows {
                 Some(source) => std::sync::Arc::new(load_flows(source)?),
                 None => defaults.flows,
+            },
+            queues: match &self.queues {
+                Some(source) => std::sync::Arc::new(queue_policies::load(source)?),
+                None => defaults.queues,
             },
             http_security: Box::new(jobyard_http::Security::from_flags(
                 self.http_token.as_deref(),
@@ -650,6 +667,23 @@ mod tests {
         assert!(err.contains("no_such_key"), "{err}");
         std::fs::write(&path, "threads = [1]\n").unwrap();
         assert!(serve(&["--config", cfg]).unwrap_err().contains("threads"));
+    }
+
+    #[test]
+    fn queue_tables_of_the_config_become_declared_policies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.toml");
+        let tables = "[queues.emails]\nrate_limit = \"10/s\"\nlease_limit = 4\n\
+                      [queues.reports]\npaused = true\n";
+        std::fs::write(&path, format!("http_listen = \"off\"\n{tables}")).unwrap();
+        let s = serve(&["--config", path.to_str().unwrap()]).unwrap();
+        let names: Vec<&str> = s.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["emails", "reports"]);
+        assert_eq!(s.queues[0].lease_limit, Some(4));
+        assert_eq!(s.queues[1].paused, Some(true));
+        std::fs::write(&path, "[queues.emails]\nrate_limit = \"fast\"\n").unwrap();
+        let err = serve(&["--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(err.contains("[queues.emails]"), "{err}");
     }
 
     #[test]
