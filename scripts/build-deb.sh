@@ -17,12 +17,13 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 out_dir="${DEB_OUT_DIR:-$target_dir/debian}"
 maintainer="${DEB_MAINTAINER:-jobyard developers <maintainers@jobyard.invalid>}"
 arch="$(dpkg --print-architecture)"
-# Timestamps inside gzip files follow the last commit, so two builds of one commit match.
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
+# The packages' file dates: the last commit's, so two builds of one commit match. Only
+# dpkg-deb sees it: build scripts that watch SOURCE_DATE_EPOCH would rebuild on each commit.
+build_date="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 # Debug info stays on in the release profile (perf profiling); the package strips it.
 build_binary() {
-  cargo build --release --locked -p jobyard
+  cargo build --release -p jobyard
   bin="$target_dir/release/jobyard"
 }
 
@@ -113,8 +114,10 @@ build_packages() {
   write_control "$pkg" packaging/deb/control "$(shared_library_depends)"
   write_control "$dbg" packaging/deb/control-dbgsym ""
   mkdir -p "$out_dir"
-  dpkg-deb --root-owner-group --build "$pkg" "$out_dir/jobyard_${version}_${arch}.deb"
-  dpkg-deb --root-owner-group --build "$dbg" "$out_dir/jobyard-dbgsym_${version}_${arch}.deb"
+  SOURCE_DATE_EPOCH="$build_date" dpkg-deb --root-owner-group --build "$pkg" \
+    "$out_dir/jobyard_${version}_${arch}.deb"
+  SOURCE_DATE_EPOCH="$build_date" dpkg-deb --root-owner-group --build "$dbg" \
+    "$out_dir/jobyard-dbgsym_${version}_${arch}.deb"
 }
 
 build_binary
