@@ -126,13 +126,19 @@ impl Engine {
         self.replace_rate(q, policy.rate_limit);
         let queue = self.queue_mut(q);
         queue.lease_limit = policy.lease_limit;
+        // A record holds any end time: the two that mean something else here are read
+        // as what they mean (no timer is ever set for the end of time).
         (queue.paused_until, queue.pause_secs) = match policy.pause {
-            Pause::Off => (0, 0),
+            Pause::Off | Pause::Until { at: 0, .. } => (0, 0),
+            Pause::Forever
+            | Pause::Until {
+                at: PAUSED_FOREVER, ..
+            } => (PAUSED_FOREVER, u32::MAX),
             Pause::Until { at, secs } => (at, secs),
-            Pause::Forever => (PAUSED_FOREVER, u32::MAX),
         };
-        if let Pause::Until { at, .. } = policy.pause {
-            self.timers.add(at, Timer::Unpause(q));
+        let until = queue.paused_until;
+        if until > 0 && until != PAUSED_FOREVER {
+            self.timers.add(until, Timer::Unpause(q));
         }
     }
 

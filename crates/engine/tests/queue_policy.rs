@@ -337,3 +337,23 @@ fn removing_every_limit_lets_an_unreferenced_queue_go() {
     e.set_policy(q, QueuePolicy::default(), T0);
     assert!(e.queue_id(b"q").is_none());
 }
+
+#[test]
+fn replayed_pause_ends_that_mean_never_or_now_set_no_timer() {
+    let mut r = EngineCore::new();
+    for (name, at) in [("never", Millis::MAX), ("now", 0)] {
+        r.replay(Change::Policy {
+            queue: Bytes::copy_from_slice(name.as_bytes()),
+            policy: QueuePolicy {
+                lease_limit: 1,
+                pause: Pause::Until { at, secs: 5 },
+                rate_limit: None,
+            },
+        });
+    }
+    assert_eq!(r.next_deadline(), None);
+    let never = r.queue_id(b"never").unwrap();
+    assert_eq!(r.queue(never).policy().pause, Pause::Forever);
+    let now = r.queue_id(b"now").unwrap();
+    assert!(!r.queue(now).is_paused(T0));
+}
