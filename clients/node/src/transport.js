@@ -7,7 +7,8 @@
 // starts. Measured in docs/benchmarks.md ("Flows", "The Node client's transport"): the
 // flow benchmark at 10 flows/s took about 4.4 ms of the Node process's CPU per flow
 // through node:http and about 2.1 ms through this, and the create→done tail fell with it.
-// https: URLs, and `transport: "node"`, still go through node:http(s).
+// https: URLs, and `transport: "node"`, still go through node:http(s). undici's Pool,
+// measured beside it in bench/flows (issue 28), cost about twice its CPU per request.
 //
 // Reads skip net.Socket's stream machinery (`onread`), which saved another 7 % of the
 // client's CPU per request in the request ceiling of bench/flows/bench.mjs.
