@@ -104,6 +104,15 @@ def test_page_sizes_are_bounded(http):
         assert r.status_code == 400 and error_code(r) == "bad_request", path
 
 
+def test_flow_job_lookups_are_bounded(http):
+    assert http.post("/v1/flows", json={"name": "lk", "stages": [{"name": "lk-only"}]}).ok
+    job = http.post("/v1/flows/lk/jobs", json={}).json()["id"]
+    r = http.post("/v1/flow-jobs/lookup", json={"ids": [job] * 1000})
+    assert r.status_code == 200 and len(r.json()["jobs"]) == 1000
+    r = http.post("/v1/flow-jobs/lookup", json={"ids": [job] * 1001})
+    assert r.status_code == 400 and error_code(r) == "bad_request"
+
+
 def test_connections_and_sessions_share_the_connection_limit(start_http):
     srv = start_http(["--max-connections", "3"])
     s = requests.Session()  # one keep-alive connection: the first place
