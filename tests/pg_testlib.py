@@ -151,3 +151,42 @@ class Postgres:
         if not self.log_path.exists():
             return "(no log)"
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Standby:
+    """A `jobyard serve` started while another node leads the same storage: it does not
+    answer until it takes over, so it is started on a thread. `took_over(timeout)` waits
+    for that; `waiting()` says whether it is a standby yet (its log says so)."""
+
+    def __init__(self, server) -> None:
+        import threading
+
+        self.server = server
+        self.error: Optional[BaseException] = None
+        self.led_at: Optional[float] = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.server.start()
+            self.led_at = time.monotonic()
+        except BaseException as e:  # reported by took_over()
+            self.error = e
+
+    def waiting(self, timeout: float = 30.0) -> bool:
+        """Waits until the node's log says it is a standby."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            path = self.server.log_path
+            if path is not None and path.exists() and "standby:" in path.read_text(errors="replace"):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def took_over(self, timeout: float) -> bool:
+        """Waits up to `timeout` s for the node to lead and answer; re-raises its start's error."""
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.led_at is not None

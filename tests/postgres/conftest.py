@@ -5,6 +5,7 @@ jobyard with `--storage postgres://...` on it (the password through PGPASSWORD).
 from __future__ import annotations
 
 import secrets
+import signal
 import sys
 from pathlib import Path
 
@@ -41,3 +42,29 @@ def start_pg_server(start_server, pg_url):
         return start_server(extra_args=("--storage", url or pg_url, *extra_args))
 
     return start
+
+
+@pytest.fixture
+def pg_node(jobyard_bin, tmp_path, pg_url):
+    """Makes (without starting) more nodes on the same storage as `start_pg_server`'s:
+    `Server` objects to start as standbys (tests/pg_testlib.py's `Standby`)."""
+    from jobyard_testlib import Server
+
+    nodes = []
+
+    def make(extra_args=()):
+        srv = Server(
+            jobyard_bin,
+            tmp_path / f"node{len(nodes)}",
+            tmp_path,
+            extra_args=("--storage", pg_url, *extra_args),
+        )
+        nodes.append(srv)
+        return srv
+
+    yield make
+    for srv in nodes:
+        if srv.running():
+            srv.proc.send_signal(signal.SIGCONT)  # should a test have stopped it
+        code = srv.stop()
+        print(f"--- node log ({srv.log_path}), exit {code}:\n{srv.log_tail()}")

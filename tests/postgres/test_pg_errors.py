@@ -1,10 +1,12 @@
 """`--storage postgres://` when things are wrong: the password never shows in logs, errors
 or /metrics (and may come from a password file); a PostgreSQL that is down at start is
-waited for; a second node on the same storage, a wrong password, a missing database, a
-newer schema and a log with a row missing are refused in one line."""
+waited for, and SIGTERM stops that wait; a wrong password, a missing database, a newer
+schema and a log with a row missing are refused in one line. (A second node on the same
+storage is a standby: test_pg_failover.py.)"""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import urllib.request
@@ -13,6 +15,7 @@ import greenstalk
 import pytest
 
 from jobyard_testlib import ServerError, free_port
+from pg_testlib import Standby
 
 
 def start_failing(start_pg_server, **kwargs) -> str:
@@ -52,19 +55,6 @@ def test_wrong_password_and_missing_database_are_one_line(
     assert "not a valid PostgreSQL URL" in err, err
 
 
-def test_second_node_on_the_same_storage_is_refused(start_pg_server):
-    first = start_pg_server()
-    err = start_failing(start_pg_server)
-    assert "in use by another jobyard node" in err, err
-    with greenstalk.Client(first.address) as client:
-        client.put("still served")
-    first.stop()
-    # Once the first is gone, another node may take the storage.
-    second = start_pg_server()
-    with greenstalk.Client(second.address) as client:
-        assert client.reserve(timeout=5).body == "still served"
-
-
 def test_newer_schema_is_refused(start_pg_server, postgres, pg_url):
     srv = start_pg_server()
     srv.stop()
@@ -88,6 +78,17 @@ def test_postgres_down_at_start_is_waited_for(start_pg_server, postgres, pg_url)
         client.put("after the wait")
     log = srv.log_path.read_text()
     assert "cannot reach PostgreSQL" in log and "trying again" in log, log
+
+
+def test_sigterm_stops_the_wait_for_postgres(pg_node, postgres):
+    postgres.stop()
+    waiting = Standby(pg_node())
+    deadline = time.monotonic() + 30
+    while "trying again" not in waiting.server.log_tail():
+        assert time.monotonic() < deadline, waiting.server.log_tail()
+        time.sleep(0.1)
+    waiting.server.proc.send_signal(signal.SIGTERM)
+    assert waiting.server.proc.wait(10) == 0
 
 
 def test_a_password_file_named_in_the_url_is_used(

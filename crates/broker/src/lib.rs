@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 
 pub use attempts::Attempt;
 pub use durability::Compaction;
-pub use jobyard_storage::Lsn;
+pub use jobyard_storage::{ClusterNode, Leadership, Lsn};
 pub use labelled::{FigureKind, LabelledMetrics, LabelledRow};
 pub use lease_latency::{
     HistogramSnapshot, LatencyHistogram, LeaseLatency, QueueLeaseLatency, LEASE_BUCKETS_US,
@@ -63,6 +63,9 @@ struct Core {
 pub struct Broker {
     core: Mutex<Core>,
     log: Option<Log>,
+    /// The log's leadership of a PostgreSQL storage: checked at every lock, so no job is
+    /// handed out once the lease may have run out.
+    leadership: Option<Arc<jobyard_storage::Leadership>>,
     data_dir: Option<PathBuf>,
     durable_changed: Arc<Notify>,
     timer_changed: Notify,
@@ -101,7 +104,9 @@ impl Broker {
         };
         let mut engine = engine;
         engine.time_leases(true);
+        let leadership = log.as_ref().and_then(Log::leadership);
         Arc::new(Broker {
+            leadership,
             core: Mutex::new(Core {
                 engine,
                 mailboxes: HashMap::new(),
@@ -179,6 +184,12 @@ impl Broker {
             .unwrap_or(0)
     }
 
+    /// This node's leadership of a PostgreSQL storage (epoch, live nodes); `None` with
+    /// any other storage.
+    pub fn leadership(&self) -> Option<&Arc<jobyard_storage::Leadership>> {
+        self.leadership.as_ref()
+    }
+
     /// Locks the engine for a series of operations.
     pub fn lock(&self) -> Txn<'_> {
         let mut txn = Txn {
@@ -188,6 +199,9 @@ impl Broker {
             handed_off: false,
             dropped: dropped::DroppedBodies::default(),
         };
+        if let Some(leadership) = &self.leadership {
+            txn.core.engine.set_handing_out(leadership.may_hand_out());
+        }
         // Bodies the log has written (or compaction moved) since the last turn: the
         // engine keeps their places instead. Done before anything reads a body, so a body
         // is never looked for in a file compaction has already let go of.

@@ -1,5 +1,5 @@
-//! Opening storage: lock the data directory (or take the PostgreSQL schema's writer lock),
-//! rebuild the engine from the log, start the writer.
+//! Opening storage: lock the data directory (or, in PostgreSQL, wait as a standby until
+//! this node holds the leader's lease), rebuild the engine from the log, start the writer.
 //!
 //! Lives in the broker (not in the binary) so every way of starting a server — `jobyard
 //! serve`, the beanstalkd and gearmand command lines, tests — opens storage the same way,
@@ -198,9 +198,10 @@ fn open_dir(
     Ok((log, lock))
 }
 
-/// Opens the log in PostgreSQL and replays it into `engine`. A PostgreSQL that is down or
+/// Opens the log in PostgreSQL and replays it into `engine`, once this node leads (a
+/// standby waits here for the leader's lease to run out). A PostgreSQL that is down or
 /// starting is waited for, with backoff, and said so; a wrong setting (URL, password,
-/// database, privileges, a newer schema, another node on the storage) is one line.
+/// database, privileges, a newer schema) is one line.
 #[cfg(feature = "postgres")]
 fn open_postgres(
     postgres: &PgLocation,
@@ -229,7 +230,7 @@ fn open_postgres_blocking(
     use jobyard_storage::PgTarget;
     let target =
         PgTarget::parse(&postgres.url, &postgres.schema).map_err(|e| fail(e.to_string(), 1))?;
-    let store = connect_with_backoff(&target)?;
+    let store = connect_with_backoff(&target, &postgres.node_name)?;
     tracing::info!(
         "storage: PostgreSQL at {}, schema {} (cluster {})",
         target.shown(),
@@ -277,10 +278,11 @@ const MAX_CONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_secs(
 #[cfg(feature = "postgres")]
 fn connect_with_backoff(
     target: &jobyard_storage::PgTarget,
+    node: &str,
 ) -> Result<jobyard_storage::PgStore, OpenError> {
     let mut delay = std::time::Duration::from_millis(250);
     loop {
-        match jobyard_storage::PgStore::open(target) {
+        match jobyard_storage::PgStore::open(target, node) {
             Ok(store) => return Ok(store),
             Err(e) if e.is_retryable() => {
                 tracing::warn!("{e}; trying again in {delay:?}");

@@ -108,6 +108,9 @@ pub struct Engine {
     /// Queue lists of ended waits, emptied, for the next waits to fill: a consumer waits
     /// once per job, and a new list each time was an allocation and a free per job.
     pub(crate) spare_wait_lists: Vec<Vec<QueueId>>,
+    /// Whether jobs may be handed out: off while a leader cannot be sure its lease holds
+    /// ([`crate::EngineCore::set_handing_out`]).
+    pub(crate) handing_out: bool,
 }
 
 impl Engine {
@@ -140,6 +143,7 @@ impl Engine {
             timing: crate::lease_timing::LeaseTiming::default(),
             hot: Default::default(),
             dropped: Vec::new(),
+            handing_out: true,
         }
     }
 

@@ -83,6 +83,14 @@ impl EngineCore {
         self.engine.time_leases(on);
     }
 
+    /// Lets jobs be handed out, or not (a leader that cannot be sure its lease holds):
+    /// while off, reserves find nothing and wait, and no waiter is served. Waiters are
+    /// served again when their queues next gain a job.
+    #[inline]
+    pub fn set_handing_out(&mut self, on: bool) {
+        self.engine.handing_out = on;
+    }
+
     /// Whether leases wait for a stamp or completed leases wait to be taken: only then does
     /// the owner need to read its clock.
     #[inline]

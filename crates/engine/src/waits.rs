@@ -201,6 +201,9 @@ impl Engine {
 
     /// Leases a specific job that is not already leased (beanstalkd `reserve-job`).
     pub(crate) fn pick(&self, queues: &[QueueId], mode: WaitMode, now: Millis) -> Option<JobId> {
+        if !self.handing_out {
+            return None;
+        }
         let mut best: Option<(u32, JobId)> = None;
         for &q in queues {
             let queue = self.queue(q);
@@ -256,7 +259,7 @@ impl Engine {
     }
 
     fn serve_queue(&mut self, q: QueueId, now: Millis) {
-        loop {
+        while self.handing_out {
             let Some(queue) = self.queues[q as usize].as_ref() else {
                 return;
             };

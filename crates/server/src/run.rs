@@ -88,11 +88,35 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
     .map_err(|e| Fatal(e.message, e.exit_code))
 }
 
+/// [`open_broker`] on a blocking thread, so that SIGTERM or SIGINT while it waits (for
+/// PostgreSQL to answer, or as a standby for the leader's lease) stops the process:
+/// nothing has been served yet, so there is nothing to finish.
+async fn open_broker_or_stop(
+    settings: &Settings,
+    signals: &mut Signals,
+) -> Result<Arc<Broker>, Fatal> {
+    let opening = {
+        let settings = settings.clone();
+        tokio::task::spawn_blocking(move || open_broker(&settings))
+    };
+    tokio::select! {
+        opened = opening => opened.map_err(|e| Fatal(format!("opening storage failed: {e}"), 1))?,
+        _ = signals.term.recv() => stop_while_opening("SIGTERM"),
+        _ = signals.int.recv() => stop_while_opening("SIGINT"),
+    }
+}
+
+/// Ends the process on a signal that came before the server served anything.
+fn stop_while_opening(signal: &str) -> ! {
+    tracing::info!("{signal} while opening storage: stopping");
+    std::process::exit(0);
+}
+
 async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<(), Fatal> {
     // Taken over first: a SIGTERM that arrives while the server starts (after its first
     // replies, before the main loop) must mean a clean stop, not the default kill.
-    let signals = Signals::install();
-    let broker = open_broker(&settings)?;
+    let mut signals = Signals::install();
+    let broker = open_broker_or_stop(&settings, &mut signals).await?;
     broker.start();
     // Flows of the config are declared (logged only when new or changed) before any
     // front end can create jobs in them.

@@ -148,6 +148,10 @@ pub struct ServeArgs {
     /// The PostgreSQL schema of jobyard's tables [default: jobyard].
     #[arg(long, env = "JOBYARD_STORAGE_SCHEMA")]
     pub storage_schema: Option<String>,
+    /// This node's name among the nodes sharing --storage [default: HOSTNAME:PORT, the
+    /// port of the HTTP listener].
+    #[arg(long, env = "JOBYARD_NODE_NAME")]
+    pub node_name: Option<String>,
     /// Address for beanstalkd clients, or `off` [default: 127.0.0.1:11300].
     #[arg(long, env = "JOBYARD_BEANSTALK_LISTEN")]
     pub beanstalk_listen: Option<String>,
@@ -362,6 +366,7 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
 fn postgres_location(
     storage: Option<String>,
     schema: Option<String>,
+    node_name: String,
 ) -> Result<Option<PgLocation>, String> {
     let Some(url) = storage else {
         return match schema {
@@ -379,7 +384,20 @@ fn postgres_location(
     Ok(Some(PgLocation {
         url,
         schema: schema.unwrap_or_else(|| DEFAULT_PG_SCHEMA.to_string()),
+        node_name,
     }))
+}
+
+/// A node's name unless `--node-name` says otherwise: the host's name and the port of
+/// its HTTP listener (`listen`), which tells two nodes on one host apart.
+fn default_node_name(listen: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    match listen.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => format!("{host}:{port}"),
+        _ => format!("{host}:{}", std::process::id()),
+    }
 }
 
 /// The flow definitions of `--flows`: a TOML file of `[[flows]]` tables, or (from the
@@ -420,7 +438,9 @@ impl ServeArgs {
         if max_job_size > MAX_MAX_JOB_SIZE {
             return Err(format!("--max-job-size is at most {MAX_MAX_JOB_SIZE}"));
         }
-        let postgres = postgres_location(self.storage, self.storage_schema)?;
+        let http = self.http_listen.as_deref().unwrap_or("127.0.0.1:8080");
+        let node_name = (self.node_name.clone()).unwrap_or_else(|| default_node_name(http));
+        let postgres = postgres_location(self.storage, self.storage_schema, node_name)?;
         Ok(Settings {
             data_dir: Some(
                 self.data_dir

@@ -32,9 +32,11 @@ pub use codec::{decode_change, encode_change, DecodeError};
 pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use log::{FsyncMode, Log, LogOptions, SnapshotFeed};
-pub use postgres::{redact_url, PgLocation, DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA};
+pub use postgres::{
+    redact_url, ClusterNode, Leadership, PgLocation, DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA,
+};
 #[cfg(feature = "postgres")]
-pub use postgres::{PgError, PgRecovered, PgStore, PgTarget};
+pub use postgres::{PgError, PgRecovered, PgStore, PgTarget, STEP_DOWN_EXIT};
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
 

@@ -235,6 +235,16 @@ impl Log {
         }
     }
 
+    /// This node's leadership of a PostgreSQL storage (its epoch, whether it may hand out
+    /// jobs, the live nodes); `None` for segment files, which have no other node.
+    pub fn leadership(&self) -> Option<Arc<crate::Leadership>> {
+        match &self.shared {
+            Backed::Files(_) => None,
+            #[cfg(feature = "postgres")]
+            Backed::Postgres(shared) => Some(shared.backend.leadership().clone()),
+        }
+    }
+
     /// The oldest file still needed for recovery.
     pub fn oldest_segment(&self) -> u64 {
         with_shared!(self, shared => {

@@ -2,17 +2,24 @@
 //! encoded records as they would go to a segment, keyed by their byte position) inserted
 //! in its own transaction, so its COMMIT is the batch's durability; snapshots go into
 //! `snapshots` and `snapshot_chunks`, and completing one deletes the rows it covers.
+//!
+//! Every write is fenced by the leader's epoch in its own statement: the batch's
+//! `INSERT` reads the lease row `FOR SHARE`, so it either commits before a standby's
+//! takeover (whose `UPDATE` of that row waits for it, and whose recovery then reads the
+//! batch) or sees the raised epoch and inserts nothing, and this node steps down.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use jobyard_engine::Change;
 use sqlx::Connection;
 
 use super::conn::Conn;
-use super::lock::take_writer_lock;
+use super::keeper::{step_down, Keeper};
+use super::leadership::Leadership;
+use super::lease::{holder, release};
 use super::recover::LogEnd;
 use super::target::PgTarget;
 use super::PgError;
@@ -24,8 +31,10 @@ use crate::log::{BatchStart, LogBackend, LogOptions};
 pub(crate) struct PgLog {
     target: PgTarget,
     options: LogOptions,
-    /// Backend pid of the writer's connection, which holds the writer lock.
-    writer_pid: AtomicI32,
+    /// This node's lease and epoch, which every write is fenced by.
+    leadership: Arc<Leadership>,
+    /// Renews the lease until the log closes.
+    keeper: Mutex<Keeper>,
     oldest_section: AtomicU64,
     /// Bytes of the batches kept in finished sections, by section.
     sections: Mutex<BTreeMap<u64, u64>>,
@@ -41,7 +50,7 @@ pub(crate) struct PgLog {
 /// The writer's side, used only under the log's writer lock.
 pub(crate) struct PgWriter {
     /// `None` after a failure that may have broken the connection: the next write
-    /// reconnects, and must take the writer lock back first.
+    /// reconnects (its epoch check still fences it).
     conn: Option<Conn>,
     pos: u64,
     section: u64,
@@ -60,23 +69,28 @@ pub(crate) struct PgSnapshot {
 
 impl PgLog {
     /// The backend and its writer, continuing the log recovery read to `end` with section
-    /// `first_section`, on `conn` (which holds the writer lock as `writer_pid`).
+    /// `first_section`, on `conn`, as the leader of `lease` (renewed by its keeper).
     pub fn new(
         target: PgTarget,
         conn: Conn,
-        writer_pid: i32,
+        lease: (Arc<Leadership>, Keeper),
         end: LogEnd,
         first_section: u64,
         options: &LogOptions,
     ) -> (PgLog, PgWriter) {
         let schema = target.schema();
         let insert_batch = format!(
-            "INSERT INTO {schema}.log (pos, section, records) VALUES ($1, $2, $3)
+            "WITH fence AS (
+                 SELECT epoch FROM {schema}.leader WHERE id = 1 AND epoch = $4 FOR SHARE)
+             INSERT INTO {schema}.log (pos, section, records, epoch)
+                 SELECT $1, $2, $3, epoch FROM fence
              ON CONFLICT (pos) DO NOTHING"
         );
+        let (leadership, keeper) = lease;
         let log = PgLog {
             options: options.clone(),
-            writer_pid: AtomicI32::new(writer_pid),
+            leadership,
+            keeper: Mutex::new(keeper),
             oldest_section: AtomicU64::new(end.oldest_section),
             sections: Mutex::new(end.sections),
             current_bytes: AtomicU64::new(0),
@@ -103,13 +117,15 @@ impl PgLog {
             + self.snapshot_bytes.load(Ordering::Relaxed)
     }
 
-    /// The writer's connection, reconnecting (and taking the writer lock back) if the
-    /// last write lost it.
+    /// This node's leadership (epoch, hand-out deadline, live nodes).
+    pub fn leadership(&self) -> &Arc<Leadership> {
+        &self.leadership
+    }
+
+    /// The writer's connection, reconnecting if the last write lost it.
     fn connected<'w>(&self, w: &'w mut PgWriter) -> Result<&'w mut Conn, PgError> {
         if w.conn.is_none() {
-            let mut conn = Conn::open(&self.target)?;
-            let pid = take_writer_lock(&mut conn, self.target.schema(), self.target.shown())?;
-            self.writer_pid.store(pid, Ordering::Release);
+            let conn = Conn::open(&self.target)?;
             tracing::info!("reconnected to PostgreSQL at {}", self.target.shown());
             w.conn = Some(conn);
         }
@@ -117,8 +133,10 @@ impl PgLog {
     }
 
     /// Inserts one batch at the writer's position (nothing if a retry finds it there).
+    /// Steps down, never returning, when the epoch is no longer current.
     fn insert(&self, w: &mut PgWriter, data: &[u8]) -> Result<(), PgError> {
         let (pos, section) = (w.pos as i64, w.section as i64);
+        let epoch = self.leadership.epoch();
         let conn = self.connected(w)?;
         let (runtime, link) = conn.parts();
         let done = runtime.block_on(
@@ -126,10 +144,13 @@ impl PgLog {
                 .bind(pos)
                 .bind(section)
                 .bind(data)
+                .bind(epoch as i64)
                 .execute(&mut *link),
         );
         match done {
-            Ok(_) => Ok(()),
+            Ok(done) if done.rows_affected() == 1 => Ok(()),
+            // Nothing inserted: a retry found its batch there, or the epoch is gone.
+            Ok(_) => self.check_epoch(conn),
             Err(e) => {
                 let keeps_connection = matches!(e, sqlx::Error::Database(_));
                 let err = conn.error(e);
@@ -138,6 +159,22 @@ impl PgLog {
                 }
                 Err(err)
             }
+        }
+    }
+
+    /// After an insert that wrote nothing: fine while the epoch is current (the batch was
+    /// there from an attempt whose answer was lost); otherwise another node leads, and
+    /// this one steps down before anything more is acknowledged.
+    fn check_epoch(&self, conn: &mut Conn) -> Result<(), PgError> {
+        let current = holder(conn, self.target.schema())?;
+        let epoch = self.leadership.epoch();
+        match current {
+            Some(leader) if leader.epoch == epoch => Ok(()),
+            Some(leader) => step_down(&format!(
+                "{} leads with epoch {} (this node's was {epoch}); its batch was not written",
+                leader.node, leader.epoch
+            )),
+            None => step_down("the leader's lease row is gone"),
         }
     }
 
@@ -155,12 +192,20 @@ impl PgLog {
     }
 }
 
-/// Deletes what snapshot `seq` covers: older batches, snapshots and their chunks.
-pub(crate) fn drop_covered_sql(schema: &str, seq: u64) -> String {
+/// Deletes what snapshot `seq` covers: older batches, snapshots and their chunks; with
+/// `fence`, only while that epoch leads (the first statement locks the lease row until
+/// the transaction the statements run in ends).
+pub(crate) fn drop_covered_sql(schema: &str, seq: u64, fence: Option<u64>) -> String {
+    let only_leading = match fence {
+        Some(epoch) => format!(
+            " AND EXISTS (SELECT 1 FROM {schema}.leader WHERE id = 1 AND epoch = {epoch} FOR SHARE)"
+        ),
+        None => String::new(),
+    };
     format!(
-        "DELETE FROM {schema}.log WHERE section < {seq};
-         DELETE FROM {schema}.snapshot_chunks WHERE section < {seq};
-         DELETE FROM {schema}.snapshots WHERE section < {seq};"
+        "DELETE FROM {schema}.log WHERE section < {seq}{only_leading};
+         DELETE FROM {schema}.snapshot_chunks WHERE section < {seq}{only_leading};
+         DELETE FROM {schema}.snapshots WHERE section < {seq}{only_leading};"
     )
 }
 
@@ -215,8 +260,14 @@ impl LogBackend for PgLog {
     }
 
     fn close(&self, w: &mut PgWriter) {
-        // Closing the session releases the writer lock at once.
-        if let Some(conn) = w.conn.take() {
+        // Everything is written: the lease is let go at once, so a standby takes over
+        // without waiting for it to run out.
+        self.keeper.lock().expect("keeper lock").stop();
+        if let Some(mut conn) = w.conn.take() {
+            let epoch = self.leadership.epoch();
+            if let Err(e) = release(&mut conn, self.target.schema(), epoch) {
+                tracing::warn!("cannot release the leader's lease: {e}");
+            }
             let (runtime, link) = conn.into_parts();
             let _ = runtime.block_on(link.close());
         }
@@ -278,13 +329,13 @@ impl LogBackend for PgLog {
     }
 
     fn complete_snapshot(&self, mut s: PgSnapshot) -> io::Result<u64> {
-        let pid = self.writer_pid.load(Ordering::Acquire);
+        let epoch = self.leadership.epoch();
         let schema = self.target.schema();
         let seq = s.section;
         // Where section `seq` starts: its first batch, or the end of the log when none is
         // written yet (every batch before is in an earlier section). Completed only while
-        // the writer (another session) still holds the writer lock: a node that lost it
-        // must not compact the log another node now writes.
+        // this node's epoch leads: a node that lost the lease must not compact the log
+        // another node now writes.
         let completed = s
             .conn
             .execute_counting(&format!(
@@ -295,13 +346,12 @@ impl LogBackend for PgLog {
                          (SELECT COALESCE(max(start_pos), 0) FROM {schema}.snapshots
                           WHERE complete)))
                  WHERE section = {seq} AND EXISTS (
-                     SELECT 1 FROM pg_locks
-                     WHERE locktype = 'advisory' AND granted AND pid = {pid});"
+                     SELECT 1 FROM {schema}.leader WHERE id = 1 AND epoch = {epoch} FOR SHARE);"
             ))
             .map_err(PgError::into_io)?;
         if completed != 1 {
             return Err(io::Error::other(
-                "the writer lost its lock on the storage; the snapshot is not completed",
+                "this node no longer leads the storage; the snapshot is not completed",
             ));
         }
         self.snapshot_bytes.store(s.bytes, Ordering::Relaxed);
@@ -312,8 +362,12 @@ impl LogBackend for PgLog {
     fn drop_covered(&self, seq: u64) -> io::Result<()> {
         let mut conn = self.compaction_conn(seq)?;
         let schema = self.target.schema();
-        conn.execute(&format!("BEGIN; {} COMMIT;", drop_covered_sql(schema, seq)))
-            .map_err(PgError::into_io)?;
+        let epoch = Some(self.leadership.epoch());
+        conn.execute(&format!(
+            "BEGIN; {} COMMIT;",
+            drop_covered_sql(schema, seq, epoch)
+        ))
+        .map_err(PgError::into_io)?;
         self.sections
             .lock()
             .expect("sections lock")

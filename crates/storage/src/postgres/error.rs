@@ -19,6 +19,14 @@ impl PgError {
         }
     }
 
+    /// An error that may pass (a statement that took too long).
+    pub(crate) fn retryable(message: String) -> PgError {
+        PgError {
+            message,
+            retry: true,
+        }
+    }
+
     /// Whether PostgreSQL may just not be there yet (down, starting, unreachable).
     pub fn is_retryable(&self) -> bool {
         self.retry

@@ -3,13 +3,15 @@
 use super::redact::redact_url;
 
 /// A log kept in PostgreSQL: the URL (which may hold a password, so `Debug` never shows
-/// it) and the schema of its tables.
+/// it), the schema of its tables, and this node's name among the nodes sharing it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PgLocation {
     /// `postgres://USER@HOST:PORT/DATABASE?PARAMS` (`postgresql://` too).
     pub url: String,
     /// The schema the tables live in (`--storage-schema`).
     pub schema: String,
+    /// This node's name in the cluster (`--node-name`, by default `HOSTNAME:PORT`).
+    pub node_name: String,
 }
 
 /// The schema when none is given.

@@ -2,13 +2,15 @@
 //! same group commit, records and recovery, with each batch one row committed in its own
 //! transaction. docs/postgres.md describes the tables and what is durable when.
 //!
-//! One node per schema for now: the writer holds an advisory lock, and a second node is
-//! refused. Standbys that follow the log, leadership and failover build on the same
-//! tables (batches are read back in order after a position).
+//! One leader per schema: it holds a lease row on PostgreSQL's clock, and each batch's
+//! insert is fenced by its epoch; other nodes wait as standbys and take the lease over
+//! when it runs out (`store`, `lease`, `keeper`).
 
+mod leadership;
 mod location;
 mod redact;
 
+pub use leadership::{ClusterNode, Leadership};
 pub use location::{PgLocation, DEFAULT_SCHEMA};
 pub use redact::redact_url;
 
@@ -19,7 +21,9 @@ mod conn;
 #[cfg(feature = "postgres")]
 mod error;
 #[cfg(feature = "postgres")]
-mod lock;
+mod keeper;
+#[cfg(feature = "postgres")]
+mod lease;
 #[cfg(feature = "postgres")]
 mod passfile;
 #[cfg(feature = "postgres")]
@@ -35,6 +39,8 @@ mod target;
 pub(crate) use backend::PgLog;
 #[cfg(feature = "postgres")]
 pub use error::PgError;
+#[cfg(feature = "postgres")]
+pub use keeper::STEP_DOWN_EXIT;
 #[cfg(feature = "postgres")]
 pub use store::{PgRecovered, PgStore};
 #[cfg(feature = "postgres")]

@@ -57,7 +57,11 @@ pub(crate) fn recover(
         ..Default::default()
     };
     if let Some(snapshot) = newest_snapshot(conn, schema)? {
-        conn.execute(&super::backend::drop_covered_sql(schema, snapshot.section))?;
+        conn.execute(&super::backend::drop_covered_sql(
+            schema,
+            snapshot.section,
+            None,
+        ))?;
         end.snapshot_bytes = read_snapshot(conn, schema, &snapshot, &mut report, &mut apply)?;
         report.snapshot = Some(snapshot.section);
         report.next_id = report.next_id.max(snapshot.next_id);

@@ -8,20 +8,36 @@ use super::error::PgError;
 
 /// The layout this jobyard writes. Raise it with every change to the tables, and teach
 /// [`prepare`] to migrate from the one before.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added the leader's lease (`leader`), the nodes' heartbeats (`nodes`) and the
+/// epoch of each batch (`log.epoch`, 0 for batches written before).
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
-/// Creates the schema and its tables if they are not there, and checks the version of
-/// one that is. Returns the cluster id (made with the tables, kept for good).
+/// Creates the schema and its tables if they are not there (migrating a version 1
+/// schema), and checks the version of one that is. Returns the cluster id (made with the
+/// tables, kept for good). Nodes starting together take turns: the statements run in one
+/// transaction under a transaction-level advisory lock.
 pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> {
     conn.execute(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {schema};
+        "BEGIN;
+         SELECT pg_advisory_xact_lock(hashtext('jobyard:{schema}'));
+         CREATE SCHEMA IF NOT EXISTS {schema};
          CREATE TABLE IF NOT EXISTS {schema}.meta (
              key text PRIMARY KEY,
              value text NOT NULL);
          CREATE TABLE IF NOT EXISTS {schema}.log (
              pos bigint PRIMARY KEY,
              section bigint NOT NULL,
-             records bytea NOT NULL);
+             records bytea NOT NULL,
+             epoch bigint NOT NULL DEFAULT 0);
+         ALTER TABLE {schema}.log ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+         CREATE TABLE IF NOT EXISTS {schema}.leader (
+             id integer PRIMARY KEY CHECK (id = 1),
+             node text NOT NULL,
+             epoch bigint NOT NULL,
+             expires_at timestamptz NOT NULL);
+         CREATE TABLE IF NOT EXISTS {schema}.nodes (
+             node text PRIMARY KEY,
+             seen_at timestamptz NOT NULL);
          CREATE INDEX IF NOT EXISTS log_section ON {schema}.log (section);
          CREATE TABLE IF NOT EXISTS {schema}.snapshots (
              section bigint PRIMARY KEY,
@@ -36,7 +52,10 @@ pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> 
          INSERT INTO {schema}.meta (key, value) VALUES
              ('schema_version', '{SCHEMA_VERSION}'),
              ('cluster_id', md5(random()::text || clock_timestamp()::text))
-             ON CONFLICT (key) DO NOTHING;"
+             ON CONFLICT (key) DO NOTHING;
+         UPDATE {schema}.meta SET value = '{SCHEMA_VERSION}'
+             WHERE key = 'schema_version' AND value = '1';
+         COMMIT;"
     ))?;
     let version = meta_value(conn, schema, "schema_version")?;
     let version: i64 = version.trim().parse().map_err(|_| {

@@ -1,40 +1,59 @@
-//! Opening the PostgreSQL log: connect, take the writer lock, make or check the tables,
-//! and recover; then [`crate::Log::open_postgres`] continues the log.
+//! Opening the PostgreSQL log: connect, make or check the tables, wait as a standby until
+//! this node holds the leader's lease, and recover; then [`crate::Log::open_postgres`]
+//! continues the log.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use jobyard_engine::Change;
 
 use super::backend::PgLog;
 use super::conn::Conn;
 use super::error::PgError;
-use super::lock::take_writer_lock_at_start;
+use super::keeper::Keeper;
+use super::leadership::Leadership;
+use super::lease::{heartbeat, holder, try_take};
 use super::recover::{recover, LogEnd};
 use super::schema::{prepare, set_meta};
 use super::target::PgTarget;
 use crate::log::LogOptions;
 use crate::recovery::RecoveryReport;
 
-/// A schema opened for writing by this node: its writer connection holds the lock.
+/// How often a standby looks whether the leader's lease has run out.
+const STANDBY_POLL: Duration = Duration::from_millis(250);
+
+/// A schema this node leads: it holds the lease (renewed by its keeper from now on).
 pub struct PgStore {
     target: PgTarget,
     conn: Conn,
-    writer_pid: i32,
+    leadership: Arc<Leadership>,
+    keeper: Keeper,
     cluster_id: String,
 }
 
 impl PgStore {
-    /// Connects, takes the schema's writer lock (refused while another node holds it),
-    /// and creates or checks the tables. Errors name the problem, never the password;
+    /// Connects, creates or checks the tables, and takes the leader's lease as `node`,
+    /// waiting as a standby while another node holds it (until its lease runs out: the
+    /// leader died, or stopped). Errors name the problem, never the password;
     /// [`PgError::is_retryable`] tells a PostgreSQL that is down from a wrong setting.
-    pub fn open(target: &PgTarget) -> Result<PgStore, PgError> {
+    pub fn open(target: &PgTarget, node: &str) -> Result<PgStore, PgError> {
         let mut conn = Conn::open(target)?;
-        // Locked before the tables are touched: two nodes never create them at once.
-        let writer_pid = take_writer_lock_at_start(&mut conn, target.schema(), target.shown())?;
         let cluster_id = prepare(&mut conn, target.schema())?;
-        set_meta(&mut conn, target.schema(), "holder", &holder_name())?;
+        let leadership = Arc::new(wait_for_lease(&mut conn, target.schema(), node)?);
+        // Renewed from the moment it is taken: recovering a long log must not let it lapse.
+        let keeper = Keeper::start(target.clone(), leadership.clone())
+            .map_err(|e| PgError::fatal(format!("cannot start the lease keeper: {e}")))?;
+        set_meta(&mut conn, target.schema(), "holder", node)?;
+        tracing::info!(
+            "leading schema {} as {node} (epoch {})",
+            target.schema(),
+            leadership.epoch()
+        );
         Ok(PgStore {
             target: target.clone(),
             conn,
-            writer_pid,
+            leadership,
+            keeper,
             cluster_id,
         })
     }
@@ -49,6 +68,11 @@ impl PgStore {
         &self.target
     }
 
+    /// This node's leadership: its epoch, and whether it may hand out jobs.
+    pub fn leadership(&self) -> &Arc<Leadership> {
+        &self.leadership
+    }
+
     /// Hands every change, in order, to `apply`: the newest complete snapshot, then every
     /// batch after it. The report's `next_segment` is the section the log continues with
     /// ([`crate::Log::open_postgres`]).
@@ -58,6 +82,30 @@ impl PgStore {
     ) -> Result<(PgRecovered, RecoveryReport), PgError> {
         let (report, end) = recover(&mut self.conn, self.target.schema(), apply)?;
         Ok((PgRecovered { store: self, end }, report))
+    }
+}
+
+/// Takes the lease, waiting as a standby while another node's holds; says once who
+/// leads, and heartbeats meanwhile so the leader lists this node.
+fn wait_for_lease(conn: &mut Conn, schema: &str, node: &str) -> Result<Leadership, PgError> {
+    let mut told = None;
+    loop {
+        if let Some((epoch, sent)) = try_take(conn, schema, node)? {
+            return Ok(Leadership::new(node.to_string(), epoch, sent));
+        }
+        if let Some(leader) = holder(conn, schema)? {
+            if told != Some(leader.epoch) {
+                tracing::info!(
+                    "standby: {} leads schema {schema} (epoch {}); taking over when its \
+                     lease runs out",
+                    leader.node,
+                    leader.epoch
+                );
+                told = Some(leader.epoch);
+            }
+        }
+        heartbeat(conn, schema, node, STANDBY_POLL * 4)?;
+        std::thread::sleep(STANDBY_POLL);
     }
 }
 
@@ -78,18 +126,10 @@ impl PgRecovered {
         PgLog::new(
             store.target,
             store.conn,
-            store.writer_pid,
+            (store.leadership, store.keeper),
             end,
             first_section,
             options,
         )
     }
-}
-
-/// Who holds the writer lock, for the message that refuses a second node.
-fn holder_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown host".into());
-    format!("{host}, pid {}", std::process::id())
 }
