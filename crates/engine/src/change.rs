@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::{JobEnd, JobId, Millis, QueuePolicy};
+use crate::{FailureHistory, JobEnd, JobId, Millis, QueuePolicy};
 
 /// The state a job is created in (by a put, or by a snapshot that re-creates it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,4 +68,10 @@ pub enum Change {
     /// A queue's whole policy, after one of its parts changed (the default policy: the
     /// queue no longer has one).
     Policy { queue: Bytes, policy: QueuePolicy },
+    /// A job's failed attempts under a retry policy, whole (`None`: forgotten, as when
+    /// an operator retries a dead letter).
+    Failures {
+        id: JobId,
+        history: Option<Box<FailureHistory>>,
+    },
 }

@@ -57,7 +57,12 @@ impl Engine {
         }
         let stamp = self.leave_state(id);
         self.lease_closed(id, owner, stamp, crate::LeaseClose::Expired, None);
-        self.enter_ready(id);
+        if self.retry_policy_of(id).is_some() {
+            let how = crate::LeaseClose::Expired;
+            self.attempt_failed(id, crate::Failure::new(now, owner, how, None), now);
+        } else {
+            self.enter_ready(id);
+        }
         self.job_timeouts += 1;
         self.queue_mut(q).total_timeouts += 1;
         self.notices.push(Notice {

@@ -11,8 +11,8 @@ use crate::change::Change;
 use crate::job::{Job, JobState};
 use crate::lease_timing::LeaseOutcome;
 use crate::notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
-use crate::LeaseClose;
 use crate::{ConnId, Engine, JobId};
+use crate::{Failure, LeaseClose};
 
 impl Engine {
     /// Removes a job for good, without an outcome. Allowed unless someone else holds its
@@ -31,6 +31,9 @@ impl Engine {
         match self.jobs.get(&id) {
             Some(j) if j.state != JobState::Reserved || j.owner == conn => {}
             _ => return false,
+        }
+        if end.status == EndStatus::Failed && self.retry_policy_of(id).is_some() {
+            return self.failed_under_policy(conn, id, end);
         }
         let (job, stamp) = self.remove_job_with_lease(id);
         let how = match end.status {
@@ -64,6 +67,21 @@ impl Engine {
         self.drop_queue_if_unreferenced(job.queue);
         // A lease limit may have been reached: this end makes room.
         let now = self.last_now;
+        self.serve_waiters(now);
+        true
+    }
+
+    /// A failed end of a job whose queue retries: the attempt failed, the job stays (see
+    /// [`crate::retry`]). Watchers hear nothing until the job really ends.
+    fn failed_under_policy(&mut self, conn: ConnId, id: JobId, end: JobEnd) -> bool {
+        let now = self.last_now;
+        let q = self.jobs[&id].queue;
+        let stamp = self.leave_state(id);
+        self.lease_closed(id, conn, stamp, LeaseClose::Failed, end.error.as_ref());
+        self.lease_completed(q, stamp, LeaseOutcome::Failed);
+        self.queue_mut(q).total_failed += 1;
+        let failure = Failure::new(now, conn, LeaseClose::Failed, end.error);
+        self.attempt_failed(id, failure, now);
         self.serve_waiters(now);
         true
     }
@@ -107,6 +125,9 @@ impl Engine {
         }
         if !self.fenced.is_empty() {
             self.fenced.remove(&id);
+        }
+        if !self.failures.is_empty() {
+            self.failures.remove(&id);
         }
         if job.durable {
             self.live_bytes -= self.record_cost(job.queue, job.body.len());

@@ -92,6 +92,8 @@ pub struct Engine {
     pub(crate) watchers: HashMap<JobId, Vec<ConnId>>,
     /// Jobs whose attempt number was logged by [`Engine::fence`], so snapshots keep it.
     pub(crate) fenced: HashSet<JobId>,
+    /// Failed attempts of jobs under a retry policy (see [`crate::retry`]).
+    pub(crate) failures: HashMap<JobId, crate::FailureHistory>,
     /// The latest time an operation passed in: operations that take no time of their own
     /// (a delete) serve waiters as of then.
     pub(crate) last_now: Millis,
@@ -138,6 +140,7 @@ impl Engine {
             attrs: HashMap::new(),
             watchers: HashMap::new(),
             fenced: HashSet::new(),
+            failures: HashMap::new(),
             last_now: 0,
             flows: crate::flows::Flows::default(),
             timing: crate::lease_timing::LeaseTiming::default(),

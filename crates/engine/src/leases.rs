@@ -7,8 +7,8 @@ use crate::lease_timing::LeaseOutcome;
 use crate::queue::QueueId;
 use crate::timers::Timer;
 use crate::waits::Lease;
-use crate::LeaseClose;
 use crate::{ConnId, Engine, JobId, Millis};
+use crate::{Failure, LeaseClose};
 
 impl Engine {
     /// Gives a leased job back, ready now or after a delay, with a new priority.
@@ -226,7 +226,12 @@ impl Engine {
             for (id, stamp) in session.reserved {
                 self.lease_closed(id, conn, Some(stamp), LeaseClose::Disconnected, None);
                 self.leave_state_unowned(id);
-                self.enter_ready(id);
+                if self.retry_policy_of(id).is_some() {
+                    let how = LeaseClose::Disconnected;
+                    self.attempt_failed(id, Failure::new(now, conn, how, None), now);
+                } else {
+                    self.enter_ready(id);
+                }
             }
         }
         self.serve_waiters(now);

@@ -37,6 +37,7 @@ mod queue;
 mod queues;
 mod rate;
 mod recovery;
+mod retry;
 mod routing;
 mod states;
 mod timers;
@@ -55,6 +56,7 @@ pub use notice::{EndStatus, JobEnd, JobUpdate, Notice, NoticeKind};
 pub use policy::{Pause, QueuePolicy};
 pub use queue::{Queue, QueueId};
 pub use rate::{BadRateLimit, RateLimit};
+pub use retry::{Backoff, Failure, FailureHistory, RetryPolicy, HISTORY_KEPT};
 pub use waits::{Lease, ReserveOutcome, WaitMode};
 
 /// Identifies a job for its whole life; never reused, and continued across restarts.

@@ -5,15 +5,16 @@
 //! snapshots bring back what an operator set (a pause, unlike beanstalkd's, survives a
 //! restart). A queue nobody configured has the default policy, which is never logged.
 //!
-//! Retry policies (attempts, backoff, dead letters) belong in [`QueuePolicy`] too, as
-//! fields of their own, once the engine acts on them; a field the engine does not act on
-//! is kept out of the struct and out of the record.
+//! The retry policy (attempts, backoff, dead letter) is part of it too; [`crate::retry`]
+//! acts on it. A field the engine does not act on is kept out of the struct and out of
+//! the record.
 
 use bytes::Bytes;
 
 use crate::change::Change;
 use crate::queue::{Queue, QueueId};
 use crate::rate::{RateBucket, RateLimit};
+use crate::retry::RetryPolicy;
 use crate::timers::Timer;
 use crate::{Engine, JobId, Millis, PAUSED_FOREVER};
 
@@ -35,13 +36,16 @@ pub enum Pause {
 }
 
 /// Everything declared about one queue. [`Default`] is a queue nobody configured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueuePolicy {
     /// At most this many jobs leased at once (0: no limit).
     pub lease_limit: u32,
     pub pause: Pause,
     /// At most this many jobs handed out per interval (`None`: no limit).
     pub rate_limit: Option<RateLimit>,
+    /// What a failed attempt leads to (`None`: a failure ends the job, an expired or
+    /// abandoned lease makes it ready again, as the protocols always did).
+    pub retry: Option<RetryPolicy>,
 }
 
 impl QueuePolicy {
@@ -65,6 +69,7 @@ impl Queue {
                 },
             },
             rate_limit: self.rate.as_ref().map(|b| b.limit),
+            retry: self.retry.as_deref().cloned(),
         }
     }
 
@@ -126,6 +131,7 @@ impl Engine {
         self.replace_rate(q, policy.rate_limit);
         let queue = self.queue_mut(q);
         queue.lease_limit = policy.lease_limit;
+        queue.retry = policy.retry.map(Box::new);
         // A record holds any end time: the two that mean something else here are read
         // as what they mean (no timer is ever set for the end of time).
         (queue.paused_until, queue.pause_secs) = match policy.pause {
@@ -182,11 +188,12 @@ impl Engine {
     /// Applies a policy record read back from the log.
     pub(crate) fn replay_policy(&mut self, queue: &[u8], policy: QueuePolicy) {
         let q = self.queue_id_or_create(queue);
+        let is_default = policy.is_default();
         self.apply_policy(q, policy);
         // The default policy is logged when a queue is forgotten or its limits removed: a
         // queue nothing else refers to goes, as it went then. (A timed pause alone never
         // keeps a queue, but must stay here until the queue's jobs are replayed.)
-        if policy.is_default() {
+        if is_default {
             self.drop_queue_if_unreferenced(q);
         }
     }

@@ -32,6 +32,8 @@ pub struct Queue {
     pub lease_limit: u32,
     /// The rate limit's token bucket, if the queue has one ([`crate::QueuePolicy`]).
     pub(crate) rate: Option<RateBucket>,
+    /// The retry policy, if the queue has one ([`crate::RetryPolicy`]).
+    pub(crate) retry: Option<Box<crate::RetryPolicy>>,
     /// Connections that put into this queue by default (beanstalkd `use`).
     pub producers: u32,
     /// Connections that take from this queue (beanstalkd `watch`, Gearman `CAN_DO`).
@@ -63,6 +65,7 @@ impl Queue {
             pause_secs: 0,
             lease_limit: 0,
             rate: None,
+            retry: None,
             producers: 0,
             consumers: 0,
             pins: 0,
@@ -112,5 +115,6 @@ impl Queue {
             && self.paused_until != crate::PAUSED_FOREVER
             && self.lease_limit == 0
             && self.rate.is_none()
+            && self.retry.is_none()
     }
 }

@@ -119,6 +119,7 @@ impl Engine {
             }
             Change::Flow(bytes) => self.replay_flow(&bytes),
             Change::Policy { queue, policy } => self.replay_policy(&queue, policy),
+            Change::Failures { id, history } => self.replay_failures(id, history),
         }
         self.changes.truncate(logged);
         self.to_serve.clear();
@@ -192,6 +193,9 @@ impl Engine {
                         in_log.push((out.len(), at));
                     }
                     out.push(self.put_change(job, state));
+                    if !self.failures.is_empty() {
+                        self.failures_snapshot_of(id, &mut out);
+                    }
                 }
                 _ => {
                     if id == POLICIES_SLOT {

@@ -240,6 +240,7 @@ fn one_record_holds_the_whole_policy_and_only_changes_are_logged() {
         lease_limit: 3,
         pause,
         rate_limit: Some(rate),
+        retry: None,
     };
     let until = Pause::Until {
         at: T0 + 30 * SEC,
@@ -348,6 +349,7 @@ fn replayed_pause_ends_that_mean_never_or_now_set_no_timer() {
                 lease_limit: 1,
                 pause: Pause::Until { at, secs: 5 },
                 rate_limit: None,
+                retry: None,
             },
         });
     }

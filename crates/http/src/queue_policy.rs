@@ -1,4 +1,5 @@
-//! A queue's policy over HTTP: its lease limit, pause and rate limit, shown and changed.
+//! A queue's policy over HTTP: its lease limit, pause, rate limit and retry policy, shown
+//! and changed.
 //!
 //! The engine decides and logs the policy ([`jobyard_engine::QueuePolicy`]); these routes
 //! only translate. A change is answered once the log holds it, so an acknowledged pause
@@ -7,7 +8,7 @@
 use axum::extract::State;
 use axum::Json;
 use jobyard_broker::Broker;
-use jobyard_engine::{Millis, Pause, Queue, QueuePolicy, RateLimit};
+use jobyard_engine::{Backoff, Millis, Pause, Queue, QueuePolicy, RateLimit, RetryPolicy};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -32,6 +33,18 @@ fn policy_out(name: &str, queue: Option<&Queue>, now: Millis) -> Value {
         "paused": paused,
         "paused_until_ms": until,
         "waiting_workers": queue.map_or(0, Queue::waiting),
+        "retry": policy.retry.as_ref().map(retry_out),
+    })
+}
+
+/// A retry policy as JSON, with the TOML file's key names.
+fn retry_out(retry: &RetryPolicy) -> Value {
+    json!({
+        "max_attempts": retry.max_attempts,
+        "backoff": retry.backoff.as_str(),
+        "backoff_ms": retry.backoff_ms,
+        "backoff_max_ms": retry.backoff_max_ms,
+        "dead_letter": retry.dead_letter.as_ref().map(|d| String::from_utf8_lossy(d)),
     })
 }
 
@@ -61,6 +74,17 @@ pub struct PolicyUpdate {
     pub paused: Option<bool>,
     /// With `paused: true`: resume by itself after this many seconds.
     pub pause_seconds: Option<u32>,
+    /// Attempts a job gets in all; 0 removes the retry policy.
+    pub max_attempts: Option<u32>,
+    /// `"fixed"` or `"exponential"`.
+    pub backoff: Option<String>,
+    /// The delay before the first retry.
+    pub backoff_ms: Option<u64>,
+    /// The longest exponential delay (0: no cap).
+    pub backoff_max_ms: Option<u64>,
+    /// The dead-letter queue; `null`: bury after the last attempt.
+    #[serde(default, deserialize_with = "present")]
+    pub dead_letter: Option<Option<String>>,
 }
 
 /// Tells a field set to `null` (`Some(None)`) from one left out (`None`).
@@ -91,7 +115,48 @@ impl PolicyUpdate {
             },
             _ => return Err("pause_seconds is a positive number, with paused true".into()),
         };
+        policy.retry = self.retry_applied_to(policy.retry)?;
         Ok(policy)
+    }
+
+    /// The retry policy with this update's retry fields applied: any of them given starts
+    /// from the current one (or the default), and `max_attempts: 0` removes it.
+    fn retry_applied_to(
+        &self,
+        current: Option<RetryPolicy>,
+    ) -> Result<Option<RetryPolicy>, String> {
+        let given = self.max_attempts.is_some()
+            || self.backoff.is_some()
+            || self.backoff_ms.is_some()
+            || self.backoff_max_ms.is_some()
+            || self.dead_letter.is_some();
+        if !given {
+            return Ok(current);
+        }
+        if self.max_attempts == Some(0) {
+            return Ok(None);
+        }
+        let mut retry = current.unwrap_or_default();
+        if let Some(n) = self.max_attempts {
+            retry.max_attempts = n;
+        }
+        if let Some(name) = &self.backoff {
+            retry.backoff = Backoff::parse(name)
+                .ok_or_else(|| format!("backoff is \"fixed\" or \"exponential\", not {name:?}"))?;
+        }
+        if let Some(ms) = self.backoff_ms {
+            retry.backoff_ms = ms;
+        }
+        if let Some(ms) = self.backoff_max_ms {
+            retry.backoff_max_ms = ms;
+        }
+        if let Some(dead_letter) = &self.dead_letter {
+            if let Some(name) = dead_letter {
+                check_queue_name(name).map_err(|_| format!("bad dead_letter queue {name:?}"))?;
+            }
+            retry.dead_letter = dead_letter.clone().map(Into::into);
+        }
+        Ok(Some(retry))
     }
 }
 
@@ -140,17 +205,17 @@ mod tests {
             ..QueuePolicy::default()
         };
         let p = update(r#"{"paused": true}"#)
-            .applied_to(current, T0)
+            .applied_to(current.clone(), T0)
             .unwrap();
         assert_eq!(
             p,
             QueuePolicy {
                 pause: Pause::Forever,
-                ..current
+                ..current.clone()
             }
         );
         let p = update(r#"{"rate_limit": null, "lease_limit": 0}"#)
-            .applied_to(current, T0)
+            .applied_to(current.clone(), T0)
             .unwrap();
         assert_eq!(p, QueuePolicy::default());
         let p = update(r#"{"pause_seconds": 30}"#)
@@ -177,6 +242,32 @@ mod tests {
                 "{bad}"
             );
         }
-        assert!(serde_json::from_str::<PolicyUpdate>(r#"{"max_attempts": 3}"#).is_err());
+        assert!(serde_json::from_str::<PolicyUpdate>(r#"{"max_tries": 3}"#).is_err());
+        assert!(update(r#"{"backoff": "linear"}"#)
+            .applied_to(QueuePolicy::default(), T0)
+            .is_err());
+    }
+
+    #[test]
+    fn retry_fields_change_the_retry_policy_and_zero_attempts_removes_it() {
+        let p = update(r#"{"max_attempts": 3, "backoff": "exponential", "dead_letter": "dead"}"#)
+            .applied_to(QueuePolicy::default(), T0)
+            .unwrap();
+        let retry = p.retry.clone().unwrap();
+        assert_eq!(
+            (
+                retry.max_attempts,
+                retry.backoff,
+                retry.dead_letter.as_deref()
+            ),
+            (3, Backoff::Exponential, Some(&b"dead"[..]))
+        );
+        let p = update(r#"{"dead_letter": null}"#)
+            .applied_to(p, T0)
+            .unwrap();
+        assert_eq!(p.retry.as_ref().unwrap().dead_letter, None);
+        assert_eq!(p.retry.as_ref().unwrap().max_attempts, 3);
+        let p = update(r#"{"max_attempts": 0}"#).applied_to(p, T0).unwrap();
+        assert_eq!(p.retry, None);
     }
 }

@@ -1,6 +1,8 @@
 //! Byte layout of log records. Decoding is bounded and total: any input gives a change or
 //! an error, never a panic (a fuzz target holds it to that).
 
+mod retry_records;
+
 use bytes::{BufMut, Bytes};
 use jobyard_engine::{Change, EndStatus, JobEnd, Pause, PutState, QueuePolicy, RateLimit};
 
@@ -32,6 +34,10 @@ const FLOW: u8 = 11;
 /// A queue's whole policy (lease limit, pause, rate limit). A policy that gains fields gets
 /// a record type of its own, as `PUT_EXT` did, so this one's bytes never change meaning.
 const POLICY: u8 = 12;
+/// A queue's whole policy with a retry part: the `POLICY` fields, then the retry policy.
+const POLICY_RETRY: u8 = 14;
+/// A job's failure history under a retry policy, whole, or its forgetting.
+const FAILURES: u8 = 15;
 const NO_UNIQUE: u16 = u16::MAX;
 const NO_UNIQUE_WIDE: u32 = u32::MAX;
 
@@ -219,7 +225,13 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
             out.put_u8(FLOW);
             put_opt_bytes(out, Some(bytes));
         }
+        Change::Policy { queue, policy } if policy.retry.is_some() => {
+            retry_records::encode_retry_policy(queue, policy, out)
+        }
         Change::Policy { queue, policy } => encode_policy(queue, policy, out),
+        Change::Failures { id, history } => {
+            retry_records::encode_failures(*id, history.as_deref(), out)
+        }
     }
 }
 
@@ -264,6 +276,7 @@ fn decode_policy(r: &mut Reader<'_>) -> Result<Change, DecodeError> {
             lease_limit,
             pause,
             rate_limit,
+            retry: None,
         },
     })
 }
@@ -452,6 +465,8 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
             Change::Flow(Bytes::copy_from_slice(bytes))
         }
         POLICY => decode_policy(&mut r)?,
+        POLICY_RETRY => retry_records::decode_retry_policy(&mut r)?,
+        FAILURES => retry_records::decode_failures(&mut r)?,
         other => return Err(DecodeError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -608,6 +623,7 @@ mod tests {
                         secs: 60,
                     },
                     rate_limit: Some("10/s".parse().unwrap()),
+                    retry: None,
                 },
             },
             Change::Policy {
@@ -631,6 +647,7 @@ mod tests {
             lease_limit: 2,
             pause: Pause::Forever,
             rate_limit: Some("600/m".parse().unwrap()),
+            retry: None,
         };
         let change = Change::Policy {
             queue: Bytes::from_static(b"q"),
