@@ -81,6 +81,7 @@ class Checked:
 def test_every_reply_matches_its_schema(http):
     c = Checked(http)
     c.call("GET", "/v1/health")
+    c.call("GET", "/v1/cluster")
     w = c.call("POST", "/v1/workers")["worker"]
     id1 = c.call("POST", "/v1/queues/s1/jobs", json={"body": "a", "attributes": {"x": 1}})["id"]
     id2 = c.call("POST", "/v1/queues/s1/jobs", json={"body_base64": "AP8=", "delay": 100})["id"]

@@ -5,21 +5,23 @@ again it hands out, appends and acknowledges nothing, and steps down."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import time
+import urllib.request
 
 import greenstalk
 
-from jobyard_testlib import HOST
+from jobyard_testlib import HOST, free_port
 from pg_testlib import Standby
 
 N_JOBS = 200
 STEP_DOWN_EXIT = 75
 
 
-def start_standby(start_pg_server_deferred) -> Standby:
-    standby = Standby(start_pg_server_deferred())
+def start_standby(make_node) -> Standby:
+    standby = Standby(make_node())
     assert standby.waiting(), "the second node did not become a standby"
     return standby
 
@@ -38,10 +40,19 @@ def reserve_all(address, expect: int) -> list:
 
 
 def test_a_second_node_waits_as_a_standby_and_takes_over_a_clean_stop(pg_node, start_pg_server):
-    first = start_pg_server()
-    standby = start_standby(pg_node)
+    http = free_port()
+    first = start_pg_server(
+        extra_args=("--node-name", "first", "--http-listen", f"{HOST}:{http}")
+    )
+    standby = start_standby(lambda: pg_node(extra_args=("--node-name", "second")))
     time.sleep(1.5)
     assert standby.server.running() and not standby.took_over(0), "a standby must not serve"
+    with urllib.request.urlopen(f"http://{HOST}:{http}/v1/cluster", timeout=10) as reply:
+        cluster = json.load(reply)
+    assert cluster == {
+        "role": "leader", "epoch": 1, "leader": "first", "node": "first", "lag_ms": 0,
+        "nodes": [{"node": "first", "role": "leader"}, {"node": "second", "role": "standby"}],
+    }, cluster
     with greenstalk.Client(first.address) as client:
         client.put("still served")
     first.stop()

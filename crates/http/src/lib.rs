@@ -15,6 +15,7 @@
 //! optional TLS, and no open listener beyond loopback unless asked for; all of it is in
 //! [`security`] (docs/security.md).
 
+mod cluster;
 mod encoding;
 mod error;
 mod extract;

@@ -14,12 +14,13 @@ use crate::extract::PathText;
 use crate::flows::definitions;
 use crate::limits::MAX_URI_BYTES;
 use crate::state::{Api, Command};
-use crate::{flows, jobs, leases, queue_policy, queues};
+use crate::{cluster, flows, jobs, leases, queue_policy, queues};
 
 /// (method, path, handler) of every route.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
     vec![
         ("GET", "/v1/health", get(health)),
+        ("GET", "/v1/cluster", get(cluster::cluster)),
         ("GET", "/v1/queues", get(queues::list_queues)),
         ("GET", "/v1/queues/{queue}", get(queues::queue_counts)),
         ("POST", "/v1/queues/{queue}/jobs", post(jobs::put)),
