@@ -22,6 +22,7 @@ pub mod lease_latency;
 mod mailbox;
 pub mod metrics;
 mod open;
+mod schedules;
 mod timers;
 pub mod workers;
 
@@ -47,6 +48,7 @@ pub use lease_latency::{
 pub use mailbox::{Mailbox, MAILBOX_CAP};
 pub use metrics::{Metrics, ProtocolMetrics};
 pub use open::{OpenError, StorageOptions, DEFAULT_BODIES_IN_LOG, DEFAULT_HOT_BODY_BYTES};
+pub use schedules::when_of;
 pub use workers::{Listed, ProcessInfo, WorkerInfo, Workers};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.
@@ -82,6 +84,8 @@ pub struct Broker {
     workers: Workers,
     /// The last hours of every queue's figures, sampled once a second for the dashboard.
     history: history::History,
+    /// Wakes the scheduler when a schedule is declared, changed or resumed.
+    schedules_changed: Notify,
     /// Origin of the monotonic microsecond clock that stamps leases.
     started: Instant,
     /// Held for as long as the broker lives: one server per data directory.
@@ -125,6 +129,7 @@ impl Broker {
             metrics: Metrics::default(),
             workers: Workers::default(),
             history: history::History::default(),
+            schedules_changed: Notify::new(),
             started: Instant::now(),
             dir_lock: Mutex::new(None),
         })
@@ -283,11 +288,12 @@ impl Broker {
         }
     }
 
-    /// Starts the clock, the history sampler and the compaction check. Call once, inside a
-    /// tokio runtime.
+    /// Starts the clock, the history sampler, the scheduler and the compaction check. Call
+    /// once, inside a tokio runtime.
     pub fn start(self: &Arc<Self>) {
         tokio::spawn(timers::run(self.clone()));
         tokio::spawn(history::sampler::run(self.clone()));
+        tokio::spawn(schedules::run(self.clone()));
         if self.log.is_some() {
             tokio::spawn(durability::compact_when_needed(self.clone()));
         }

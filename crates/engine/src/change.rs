@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::{FailureHistory, JobEnd, JobId, Millis, QueuePolicy};
+use crate::{FailureHistory, JobEnd, JobId, Millis, QueuePolicy, Schedule};
 
 /// The state a job is created in (by a put, or by a snapshot that re-creates it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,5 +73,10 @@ pub enum Change {
     Failures {
         id: JobId,
         history: Option<Box<FailureHistory>>,
+    },
+    /// A schedule as it now stands, declaration and last tick (`None`: deleted).
+    Schedule {
+        name: Bytes,
+        schedule: Option<Box<Schedule>>,
     },
 }

@@ -99,6 +99,8 @@ pub struct Engine {
     pub(crate) last_now: Millis,
     /// Flow definitions and flow jobs (see [`crate::flows`]).
     pub(crate) flows: crate::flows::Flows,
+    /// Periodic jobs' schedules (see [`crate::schedules`]).
+    pub(crate) schedules: crate::schedules::Schedules,
     /// Lease stamps waiting for the caller's clock, and completed leases (see
     /// [`crate::lease_timing`]).
     pub(crate) timing: crate::lease_timing::LeaseTiming,
@@ -143,6 +145,7 @@ impl Engine {
             failures: HashMap::new(),
             last_now: 0,
             flows: crate::flows::Flows::default(),
+            schedules: Default::default(),
             timing: crate::lease_timing::LeaseTiming::default(),
             hot: Default::default(),
             dropped: Vec::new(),

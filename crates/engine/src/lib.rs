@@ -39,6 +39,7 @@ mod rate;
 mod recovery;
 mod retry;
 mod routing;
+mod schedules;
 mod states;
 mod timers;
 mod waits;
@@ -57,6 +58,7 @@ pub use policy::{Pause, QueuePolicy};
 pub use queue::{Queue, QueueId};
 pub use rate::{BadRateLimit, RateLimit};
 pub use retry::{Backoff, Failure, FailureHistory, RetryPolicy, HISTORY_KEPT};
+pub use schedules::{Fired, MissedTicks, Overlap, Schedule, Timing};
 pub use waits::{Lease, ReserveOutcome, WaitMode};
 
 /// Identifies a job for its whole life; never reused, and continued across restarts.

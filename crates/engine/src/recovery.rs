@@ -120,6 +120,7 @@ impl Engine {
             Change::Flow(bytes) => self.replay_flow(&bytes),
             Change::Policy { queue, policy } => self.replay_policy(&queue, policy),
             Change::Failures { id, history } => self.replay_failures(id, history),
+            Change::Schedule { name, schedule } => self.replay_schedule(name, schedule),
         }
         self.changes.truncate(logged);
         self.to_serve.clear();
@@ -200,6 +201,7 @@ impl Engine {
                 _ => {
                     if id == POLICIES_SLOT {
                         self.policy_snapshot(&mut out);
+                        self.schedule_snapshot(&mut out);
                     }
                     self.flow_snapshot_of(id, &mut out)
                 }

@@ -4,7 +4,10 @@
 mod retry_records;
 
 use bytes::{BufMut, Bytes};
-use jobyard_engine::{Change, EndStatus, JobEnd, Pause, PutState, QueuePolicy, RateLimit};
+use jobyard_engine::{
+    Change, EndStatus, JobEnd, MissedTicks, Overlap, Pause, PutState, QueuePolicy, RateLimit,
+    Schedule, Timing,
+};
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -34,6 +37,8 @@ const FLOW: u8 = 11;
 /// A queue's whole policy (lease limit, pause, rate limit). A policy that gains fields gets
 /// a record type of its own, as `PUT_EXT` did, so this one's bytes never change meaning.
 const POLICY: u8 = 12;
+/// A periodic job's schedule as it now stands, with its last tick, or its deletion.
+const SCHEDULE: u8 = 13;
 /// A queue's whole policy with a retry part: the `POLICY` fields, then the retry policy.
 const POLICY_RETRY: u8 = 14;
 /// A job's failure history under a retry policy, whole, or its forgetting.
@@ -232,7 +237,100 @@ fn encode_payload(change: &Change, out: &mut Vec<u8>) {
         Change::Failures { id, history } => {
             retry_records::encode_failures(*id, history.as_deref(), out)
         }
+        Change::Schedule { name, schedule } => encode_schedule(name, schedule.as_deref(), out),
     }
+}
+
+/// The schedule's name, then 0 (deleted) or 1 and the schedule: queue, body, priority,
+/// TTR, timing (0 and the cron expression and time zone, or 1 and the interval's text),
+/// overlap (0 allow, 1 skip), missed ticks (0 skip, 1 catch up), paused, last tick and
+/// last job.
+fn encode_schedule(name: &[u8], schedule: Option<&Schedule>, out: &mut Vec<u8>) {
+    out.put_u8(SCHEDULE);
+    put_opt_bytes(out, Some(name));
+    let Some(s) = schedule else {
+        out.put_u8(0);
+        return;
+    };
+    out.put_u8(1);
+    put_opt_bytes(out, Some(&s.queue));
+    put_opt_bytes(out, Some(&s.body));
+    out.put_u32_le(s.pri);
+    out.put_u32_le(s.ttr);
+    match &s.timing {
+        Timing::Cron { expr, time_zone } => {
+            out.put_u8(0);
+            put_opt_bytes(out, Some(expr.as_bytes()));
+            put_opt_bytes(out, Some(time_zone.as_bytes()));
+        }
+        Timing::Interval(text) => {
+            out.put_u8(1);
+            put_opt_bytes(out, Some(text.as_bytes()));
+        }
+    }
+    out.put_u8(match s.overlap {
+        Overlap::Allow => 0,
+        Overlap::Skip => 1,
+    });
+    out.put_u8(match s.missed {
+        MissedTicks::Skip => 0,
+        MissedTicks::CatchUp => 1,
+    });
+    out.put_u8(s.paused as u8);
+    out.put_u64_le(s.last_tick);
+    out.put_u64_le(s.last_job);
+}
+
+fn decode_schedule(r: &mut Reader<'_>) -> Result<Change, DecodeError> {
+    let name = Bytes::copy_from_slice(r.opt_bytes()?.ok_or(DecodeError::Truncated)?);
+    let schedule = match r.u8()? {
+        0 => None,
+        1 => Some(Box::new(decode_schedule_body(r, name.clone())?)),
+        other => return Err(DecodeError::BadState(other)),
+    };
+    Ok(Change::Schedule { name, schedule })
+}
+
+fn decode_schedule_body(r: &mut Reader<'_>, name: Bytes) -> Result<Schedule, DecodeError> {
+    let queue = Bytes::copy_from_slice(r.opt_bytes()?.ok_or(DecodeError::Truncated)?);
+    let body = Bytes::copy_from_slice(r.opt_bytes()?.ok_or(DecodeError::Truncated)?);
+    let (pri, ttr) = (r.u32()?, r.u32()?);
+    let timing = match r.u8()? {
+        0 => Timing::Cron {
+            expr: r.text()?,
+            time_zone: r.text()?,
+        },
+        1 => Timing::Interval(r.text()?),
+        other => return Err(DecodeError::BadState(other)),
+    };
+    let overlap = match r.u8()? {
+        0 => Overlap::Allow,
+        1 => Overlap::Skip,
+        other => return Err(DecodeError::BadState(other)),
+    };
+    let missed = match r.u8()? {
+        0 => MissedTicks::Skip,
+        1 => MissedTicks::CatchUp,
+        other => return Err(DecodeError::BadState(other)),
+    };
+    let paused = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return Err(DecodeError::BadState(other)),
+    };
+    Ok(Schedule {
+        name,
+        queue,
+        body,
+        pri,
+        ttr,
+        timing,
+        overlap,
+        missed,
+        paused,
+        last_tick: r.u64()?,
+        last_job: r.u64()?,
+    })
 }
 
 /// The queue's name, its lease limit, its pause (kind 0 off, 1 until a time, 2 for ever;
@@ -335,6 +433,12 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
+    /// Text written with `put_opt_bytes`: present and UTF-8 (a schedule's timing).
+    fn text(&mut self) -> Result<String, DecodeError> {
+        let bytes = self.opt_bytes()?.ok_or(DecodeError::Truncated)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::BadState(0))
+    }
+
     fn opt_bytes(&mut self) -> Result<Option<&'a [u8]>, DecodeError> {
         match self.u32()? {
             NO_UNIQUE_WIDE => Ok(None),
@@ -467,6 +571,7 @@ pub fn decode_change(payload: &[u8]) -> Result<Change, DecodeError> {
         POLICY => decode_policy(&mut r)?,
         POLICY_RETRY => retry_records::decode_retry_policy(&mut r)?,
         FAILURES => retry_records::decode_failures(&mut r)?,
+        SCHEDULE => decode_schedule(&mut r)?,
         other => return Err(DecodeError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -637,7 +742,89 @@ mod tests {
                 queue: Bytes::from_static(b"q"),
                 policy: QueuePolicy::default(),
             },
+            Change::Schedule {
+                name: Bytes::from_static(b"nightly-report"),
+                schedule: Some(Box::new(sample_schedule())),
+            },
+            Change::Schedule {
+                name: Bytes::from_static(b"every-30s"),
+                schedule: Some(Box::new(Schedule {
+                    name: Bytes::from_static(b"every-30s"),
+                    timing: Timing::Interval("30s".into()),
+                    overlap: Overlap::Allow,
+                    missed: MissedTicks::Skip,
+                    paused: true,
+                    ..sample_schedule()
+                })),
+            },
+            Change::Schedule {
+                name: Bytes::from_static(b"gone"),
+                schedule: None,
+            },
         ]
+    }
+
+    fn sample_schedule() -> Schedule {
+        Schedule {
+            name: Bytes::from_static(b"nightly-report"),
+            queue: Bytes::from_static(b"reports"),
+            body: Bytes::from_static(b"build the nightly report"),
+            pri: 10,
+            ttr: 120,
+            timing: Timing::Cron {
+                expr: "0 0 3 * * *".into(),
+                time_zone: "Europe/Berlin".into(),
+            },
+            overlap: Overlap::Skip,
+            missed: MissedTicks::CatchUp,
+            paused: false,
+            last_tick: 1_700_000_000_000,
+            last_job: 42,
+        }
+    }
+
+    /// A schedule record's bytes are pinned: type 13, the name, then the schedule.
+    #[test]
+    fn a_schedule_record_has_its_pinned_layout() {
+        let schedule = Schedule {
+            name: Bytes::from_static(b"s"),
+            queue: Bytes::from_static(b"q"),
+            body: Bytes::from_static(b"b"),
+            pri: 1,
+            ttr: 2,
+            timing: Timing::Interval("5m".into()),
+            overlap: Overlap::Skip,
+            missed: MissedTicks::CatchUp,
+            paused: true,
+            last_tick: 3,
+            last_job: 4,
+        };
+        let change = Change::Schedule {
+            name: Bytes::from_static(b"s"),
+            schedule: Some(Box::new(schedule)),
+        };
+        let mut buf = Vec::new();
+        encode_change(&change, &mut buf);
+        let payload = &buf[FRAME_HEADER..];
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            SCHEDULE, 1, 0, 0, 0, b's', 1,
+            1, 0, 0, 0, b'q', 1, 0, 0, 0, b'b', 1, 0, 0, 0, 2, 0, 0, 0,
+            1, 2, 0, 0, 0, b'5', b'm',
+            1, 1, 1, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(payload, want);
+        assert_eq!(decode_change(payload), Ok(change));
+        let deleted = Change::Schedule {
+            name: Bytes::from_static(b"s"),
+            schedule: None,
+        };
+        buf.clear();
+        encode_change(&deleted, &mut buf);
+        assert_eq!(&buf[FRAME_HEADER..], &[SCHEDULE, 1, 0, 0, 0, b's', 0]);
+        let mut bad_timing = want.to_vec();
+        bad_timing[25] = 2;
+        assert_eq!(decode_change(&bad_timing), Err(DecodeError::BadState(2)));
     }
 
     #[test]
