@@ -114,9 +114,26 @@ def test_every_reply_matches_its_schema(http):
     c.call("GET", "/v1/queues/s9")
     c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": "fast"})
     c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": None, "paused": False})
+    dead_letter_scenario(c)
     flow_scenario(c)
     described = {(m.upper(), p) for p, item in DOC["paths"].items() for m in item}
     assert described == c.seen, described ^ c.seen
+
+
+def dead_letter_scenario(c):
+    """A retry policy's fields, and the dead-letter routes."""
+    c.call("PATCH", "/v1/queues/s10/policy",
+           json={"max_attempts": 1, "backoff": "exponential", "dead_letter": "s10-dead"})
+    c.call("PATCH", "/v1/queues/s10/policy", json={"backoff": "linear"})
+    w = c.call("POST", "/v1/workers")["worker"]
+    job = c.call("POST", "/v1/queues/s10/jobs", json={})["id"]
+    token = c.call("POST", "/v1/lease", json={"queues": ["s10"], "worker": w})["job"]["token"]
+    c.call("POST", f"/v1/jobs/{job}/fail", json={"worker": w, "token": token, "error": "e"})
+    c.call("GET", "/v1/queues/s10-dead/dead-letters")
+    c.call("POST", "/v1/queues/s10-dead/dead-letters/retry", json={"ids": [job]})
+    c.call("POST", "/v1/queues/s10-dead/dead-letters/retry", json={"ids": ["x"]})
+    c.call("POST", "/v1/queues/s10-dead/dead-letters/discard")
+    c.call("DELETE", f"/v1/workers/{w}")
 
 
 def flow_scenario(c):

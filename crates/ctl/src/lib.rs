@@ -8,6 +8,7 @@
 //! errors, 3 access denied (no token, an unknown one, or a read-only one asked to act).
 
 mod client;
+mod dead_letters;
 mod table;
 
 use std::path::PathBuf;
@@ -75,6 +76,11 @@ pub enum CtlCommand {
     Resume { queue: String },
     /// Refuse new jobs on every protocol until restart (as SIGUSR1).
     Drain,
+    /// A queue's dead letters: list, retry or discard them.
+    DeadLetters {
+        #[command(subcommand)]
+        action: dead_letters::DeadLettersAction,
+    },
     /// Show a queue's policy, or change the parts given (logged: kept across restarts).
     Policy {
         queue: String,
@@ -98,6 +104,25 @@ pub struct PolicyChange {
     /// Pause for this many seconds, then resume by itself (`pause`/`resume` for the rest).
     #[arg(long)]
     pub pause_seconds: Option<u32>,
+    /// Attempts a job gets in all before it is buried or dead-lettered; 0 removes the
+    /// retry policy.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// How the delay before a retry grows: fixed or exponential.
+    #[arg(long)]
+    pub backoff: Option<String>,
+    /// The delay before the first retry, in milliseconds.
+    #[arg(long)]
+    pub backoff_ms: Option<u64>,
+    /// The longest exponential delay, in milliseconds (0: no cap).
+    #[arg(long)]
+    pub backoff_max_ms: Option<u64>,
+    /// The queue a job goes to after its last attempt.
+    #[arg(long, conflicts_with = "no_dead_letter")]
+    pub dead_letter: Option<String>,
+    /// Bury a job in its queue after its last attempt.
+    #[arg(long)]
+    pub no_dead_letter: bool,
 }
 
 impl PolicyChange {
@@ -117,7 +142,30 @@ impl PolicyChange {
             body.insert("paused".into(), true.into());
             body.insert("pause_seconds".into(), secs.into());
         }
+        self.retry_body(&mut body);
         (!body.is_empty()).then_some(Value::Object(body))
+    }
+
+    /// The retry policy's fields given.
+    fn retry_body(&self, body: &mut serde_json::Map<String, Value>) {
+        if let Some(n) = self.max_attempts {
+            body.insert("max_attempts".into(), n.into());
+        }
+        if let Some(backoff) = &self.backoff {
+            body.insert("backoff".into(), backoff.clone().into());
+        }
+        if let Some(ms) = self.backoff_ms {
+            body.insert("backoff_ms".into(), ms.into());
+        }
+        if let Some(ms) = self.backoff_max_ms {
+            body.insert("backoff_max_ms".into(), ms.into());
+        }
+        if let Some(queue) = &self.dead_letter {
+            body.insert("dead_letter".into(), queue.clone().into());
+        }
+        if self.no_dead_letter {
+            body.insert("dead_letter".into(), Value::Null);
+        }
     }
 }
 
@@ -192,6 +240,7 @@ fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
             table::done,
         ),
         Drain => (client.call("POST", "/drain")?, table::done),
+        DeadLetters { action } => dead_letters::execute(client, action)?,
         Policy { queue, change } => {
             let path = format!("/queues/{}/policy", enc(queue));
             let v = match change.body() {
@@ -240,6 +289,16 @@ mod tests {
         assert_eq!(
             change.body().unwrap(),
             serde_json::json!({"rate_limit": null, "paused": true, "pause_seconds": 30})
+        );
+        let change = PolicyChange {
+            max_attempts: Some(3),
+            backoff: Some("exponential".into()),
+            dead_letter: Some("emails-dead".into()),
+            ..PolicyChange::default()
+        };
+        assert_eq!(
+            change.body().unwrap(),
+            serde_json::json!({"max_attempts": 3, "backoff": "exponential", "dead_letter": "emails-dead"})
         );
     }
 }

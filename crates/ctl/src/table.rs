@@ -206,6 +206,7 @@ pub fn policy(v: &Value) -> String {
         "paused",
         "paused_until_ms",
         "waiting_workers",
+        "retry",
     ];
     let rows: Vec<Vec<String>> = keys
         .iter()

@@ -213,6 +213,30 @@ impl Engine {
         self.changes.push(Change::Bury { id, pri });
     }
 
+    /// Whether a job's queue has a retry policy that this job is under (durable, not a
+    /// flow job): a front end with retries of its own leaves the decision to the engine
+    /// then, reporting the failure with [`Engine::finish`] or [`Engine::abandon`].
+    pub fn is_under_retry_policy(&self, id: JobId) -> bool {
+        self.retry_policy_of(id).is_some()
+    }
+
+    /// Under a retry policy, a holder gives its job up without an outcome because its peer
+    /// went away (a front end that gives held jobs back itself when a session ends, as
+    /// Gearman's does): the attempt counts as failed, as an engine disconnect does. False,
+    /// changing nothing, without a policy or unless `conn` holds the job.
+    pub fn abandon(&mut self, conn: ConnId, id: JobId, now: Millis) -> bool {
+        self.saw(now);
+        if !self.holds(conn, id) || self.retry_policy_of(id).is_none() {
+            return false;
+        }
+        let stamp = self.leave_state(id);
+        self.lease_closed(id, conn, stamp, LeaseClose::Disconnected, None);
+        let failure = Failure::new(now, conn, LeaseClose::Disconnected, None);
+        self.attempt_failed(id, failure, now);
+        self.serve_waiters(now);
+        true
+    }
+
     /// A job's failure history, if it failed under a retry policy.
     pub fn failure_history(&self, id: JobId) -> Option<&FailureHistory> {
         self.failures.get(&id)
@@ -260,6 +284,14 @@ impl Engine {
             self.finish(0, id, crate::JobEnd::deleted());
         }
         chosen
+    }
+
+    /// Up to `limit` dead letters of queue `q` (its buried jobs that carry a failure
+    /// history), oldest burial first.
+    pub fn list_dead_letters(&self, q: QueueId, limit: usize) -> Vec<JobId> {
+        let mut ids = self.dead_letters(q, None);
+        ids.truncate(limit);
+        ids
     }
 
     /// The buried jobs of queue `q` that carry a failure history, limited to `ids`.

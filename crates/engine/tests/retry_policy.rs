@@ -247,3 +247,22 @@ fn dead_letters_are_retried_in_their_queue_afresh_or_discarded() {
     assert!(r.failure_history(first).is_none());
     assert!(r.job(second).is_none());
 }
+
+#[test]
+fn a_front_end_that_gives_back_held_jobs_reports_them_abandoned_only_under_a_policy() {
+    let mut plain = EngineCore::new();
+    let (q, id) = queue_with(&mut plain, None);
+    assert_eq!(take(&mut plain, q, T0), Some(id));
+    assert!(!plain.abandon(A, id, T0));
+    assert_eq!(state(&plain, id).0, JobState::Reserved);
+
+    let mut e = EngineCore::new();
+    let (q, id) = queue_with(&mut e, Some(fixed(1, 0)));
+    assert!(e.is_under_retry_policy(id));
+    assert_eq!(take(&mut e, q, T0), Some(id));
+    assert!(e.abandon(A, id, T0));
+    assert_eq!(state(&e, id).0, JobState::Buried);
+    let how = e.failure_history(id).unwrap().failures[0].how;
+    assert_eq!(how, LeaseClose::Disconnected);
+    assert_eq!(e.list_dead_letters(q, 10), [id]);
+}

@@ -143,7 +143,12 @@ impl Session {
 
     /// Gives a held job back: failed for good past the retry limit, discarded if it is a
     /// foreground job nobody waits for any more, else ready again with its priority.
+    /// Under a queue's retry policy the engine decides instead (a failed attempt).
     fn requeue(&self, txn: &mut Txn<'_>, reg: &mut Registry, id: JobId, now: Millis) {
+        if txn.abandon(self.conn, id, now) {
+            reg.reset_progress(id);
+            return;
+        }
         let Some(job) = txn.job(id) else { return };
         let (pri, reserves, durable) = (job.pri, job.reserves, job.durable);
         let limit = self.server.config.job_retries;

@@ -16,6 +16,7 @@
 //! [`security`] (docs/security.md).
 
 mod cluster;
+mod dead_letters;
 mod encoding;
 mod error;
 mod extract;

@@ -14,7 +14,7 @@ use crate::extract::PathText;
 use crate::flows::definitions;
 use crate::limits::MAX_URI_BYTES;
 use crate::state::{Api, Command};
-use crate::{cluster, flows, jobs, leases, queue_policy, queues};
+use crate::{cluster, dead_letters, flows, jobs, leases, queue_policy, queues};
 
 /// (method, path, handler) of every route.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
@@ -34,6 +34,21 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
             "PATCH",
             "/v1/queues/{queue}/policy",
             patch(queue_policy::set_policy),
+        ),
+        (
+            "GET",
+            "/v1/queues/{queue}/dead-letters",
+            get(dead_letters::list),
+        ),
+        (
+            "POST",
+            "/v1/queues/{queue}/dead-letters/retry",
+            post(dead_letters::retry),
+        ),
+        (
+            "POST",
+            "/v1/queues/{queue}/dead-letters/discard",
+            post(dead_letters::discard),
         ),
         ("GET", "/v1/jobs/{id}", get(jobs::get)),
         ("DELETE", "/v1/jobs/{id}", delete(jobs::delete)),

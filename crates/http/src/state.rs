@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 33] = [
+pub const COMMAND_NAMES: [&str; 36] = [
     "put",
     "get-job",
     "delete-job",
@@ -76,6 +76,9 @@ pub const COMMAND_NAMES: [&str; 33] = [
     "lookup-flow-jobs",
     "queue-policy",
     "set-queue-policy",
+    "dead-letters",
+    "retry-dead-letters",
+    "discard-dead-letters",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -114,6 +117,9 @@ pub enum Command {
     LookupFlowJobs,
     QueuePolicy,
     SetQueuePolicy,
+    DeadLetters,
+    RetryDeadLetters,
+    DiscardDeadLetters,
 }
 
 impl Api {

@@ -272,9 +272,10 @@ impl Manager {
                     Some(done.result)
                 };
                 let failures = self.retries.add_fail(id) + timeouts;
-                if txn.watcher_count(id) > 0 {
+                if txn.watcher_count(id) > 0 || txn.is_under_retry_policy(id) {
                     // A client waits for this job (Gearman foreground): it decides about
-                    // retrying, as with gearmand.
+                    // retrying, as with gearmand. Under the queue's retry policy the
+                    // engine decides (it keeps the job until its last attempt).
                     txn.finish(self.conn, id, JobEnd::failed(text));
                     self.retries.forget(id);
                     jobyard_broker::ProtocolMetrics::inc(&self.metrics.jobs_failed);

@@ -77,7 +77,8 @@ impl Session {
         let mut reg = self.server.registry();
         reg.reset_progress(id);
         let Some(job) = txn.job(id) else { return };
-        if job.state == JobState::Reserved {
+        // Under a retry policy the engine already counted the expiry as a failed attempt.
+        if job.state == JobState::Reserved || txn.is_under_retry_policy(id) {
             return;
         }
         let limit = self.server.config.job_retries;
@@ -190,8 +191,9 @@ impl Session {
                 continue;
             };
             let job = txn.job(id).expect("just reserved");
-            if limit > 0 && job.reserves > limit {
-                // Handed out `limit` times already and lost each time (e.g. by timeouts).
+            if limit > 0 && job.reserves > limit && !txn.is_under_retry_policy(id) {
+                // Handed out `limit` times already and lost each time (e.g. by timeouts);
+                // a queue's retry policy counts attempts instead.
                 fail_job(&server, &mut txn, &mut reg, id);
                 continue;
             }
