@@ -116,6 +116,7 @@ def test_every_reply_matches_its_schema(http):
     c.call("PATCH", "/v1/queues/s9/policy", json={"rate_limit": None, "paused": False})
     dead_letter_scenario(c)
     flow_scenario(c)
+    schedule_scenario(c)
     described = {(m.upper(), p) for p, item in DOC["paths"].items() for m in item}
     assert described == c.seen, described ^ c.seen
 
@@ -134,6 +135,25 @@ def dead_letter_scenario(c):
     c.call("POST", "/v1/queues/s10-dead/dead-letters/retry", json={"ids": ["x"]})
     c.call("POST", "/v1/queues/s10-dead/dead-letters/discard")
     c.call("DELETE", f"/v1/workers/{w}")
+
+
+def schedule_scenario(c):
+    """Every schedule route."""
+    c.call("PUT", "/v1/schedules/nightly",
+           json={"queue": "reports", "cron": "0 3 * * *", "time_zone": "Europe/Berlin",
+                 "body": "b", "overlap": "skip", "missed": "catch_up"})
+    c.call("PUT", "/v1/schedules/nightly", json={"queue": "reports", "cron": "0 0 3 * * *"})
+    c.call("PUT", "/v1/schedules/bad", json={"queue": "q", "interval": "30s", "cron": "* * * * *"})
+    c.call("PUT", "/v1/schedules/big", json={"queue": "q", "interval": "30s", "body": "x" * 70000})
+    c.call("GET", "/v1/schedules")
+    c.call("GET", "/v1/schedules/nightly")
+    c.call("GET", "/v1/schedules/nope")
+    c.call("POST", "/v1/schedules/nightly/pause")
+    c.call("POST", "/v1/schedules/nightly/resume")
+    c.call("POST", "/v1/schedules/nope/pause")
+    c.call("POST", "/v1/schedules/nope/resume")
+    c.call("DELETE", "/v1/schedules/nightly")
+    c.call("DELETE", "/v1/schedules/nightly")
 
 
 def flow_scenario(c):

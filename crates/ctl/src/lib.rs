@@ -1,7 +1,8 @@
 //! `jobyard ctl`: an operator's view of a running server, over its HTTP admin API
 //! (`/admin/api/`, the same the dashboard uses): every queue whatever protocol fills it,
 //! a queue's jobs page by page, and the actions (kick, delete, bury, pause, resume, drain);
-//! and a queue's policy (lease limit, rate limit, pause) over the HTTP API's policy route.
+//! a queue's policy (lease limit, rate limit, pause) over the HTTP API's policy route; and
+//! periodic jobs' schedules over its schedule routes (`schedules.rs`).
 //!
 //! Tables are aligned for a terminal; `--json` prints the API's JSON for scripts. Exit
 //! codes: 0 done, 1 the server refused (not found, wrong state), 2 usage or connection
@@ -9,6 +10,7 @@
 
 mod client;
 mod dead_letters;
+mod schedules;
 mod table;
 
 use std::path::PathBuf;
@@ -80,6 +82,11 @@ pub enum CtlCommand {
     DeadLetters {
         #[command(subcommand)]
         action: dead_letters::DeadLettersAction,
+    },
+    /// Periodic jobs: list, show, set, pause, resume or delete schedules.
+    Schedules {
+        #[command(subcommand)]
+        action: schedules::SchedulesAction,
     },
     /// Show a queue's policy, or change the parts given (logged: kept across restarts).
     Policy {
@@ -240,6 +247,7 @@ fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
             table::done,
         ),
         Drain => (client.call("POST", "/drain")?, table::done),
+        Schedules { action } => schedules::execute(client, action)?,
         DeadLetters { action } => dead_letters::execute(client, action)?,
         Policy { queue, change } => {
             let path = format!("/queues/{}/policy", enc(queue));

@@ -32,6 +32,7 @@ mod listener;
 mod queue_policy;
 mod queues;
 mod routes;
+mod schedules;
 /// Who may use the listener: tokens and roles, the guard, TLS, the loopback rule.
 pub mod security;
 mod state;

@@ -14,7 +14,7 @@ use crate::extract::PathText;
 use crate::flows::definitions;
 use crate::limits::MAX_URI_BYTES;
 use crate::state::{Api, Command};
-use crate::{cluster, dead_letters, flows, jobs, leases, queue_policy, queues};
+use crate::{cluster, dead_letters, flows, jobs, leases, queue_policy, queues, schedules};
 
 /// (method, path, handler) of every route.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
@@ -93,6 +93,9 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
             get(flows::jobs::stage_jobs),
         ),
     ]
+    .into_iter()
+    .chain(schedules::table())
+    .collect()
 }
 
 /// The API's router over `api`.

@@ -1,6 +1,7 @@
 // jobyard's dashboard: a page per view (#/ queues, #/queue/NAME/STATE, #/job/ID,
-// #/connections, and from workers.js #/workers and #/jobd), fed by the admin JSON API; the
-// charts are charts.js's. Lists are paged by the server; nothing here loads a whole queue.
+// #/connections, from workers.js #/workers and #/jobd, from schedules.js #/schedules), fed by
+// the admin JSON API (schedules: the HTTP API); the charts are charts.js's. Lists are paged
+// by the server; nothing here loads a whole queue.
 "use strict";
 
 const API = "/admin/api";
@@ -181,12 +182,13 @@ async function route() {
     else if (parts[0] === "connections") await connectionsView();
     else if (parts[0] === "workers") await workersView(parts[1]);
     else if (parts[0] === "jobd") await jobdView(parts[1]);
+    else if (parts[0] === "schedules") await schedulesView();
     else await queuesView();
   } catch (e) {
     $("#view").innerHTML = `<p class="muted">${esc(e.message)}</p>`;
   }
   // Live counts: the overview and connections refresh themselves; listings do on demand.
-  if (!parts[0] || ["connections", "workers", "jobd"].includes(parts[0])) timer = setTimeout(route, REFRESH_MS);
+  if (!parts[0] || ["connections", "workers", "jobd", "schedules"].includes(parts[0])) timer = setTimeout(route, REFRESH_MS);
 }
 
 // A read-only token sees no action buttons (the server would refuse them anyway).

@@ -1,4 +1,4 @@
-//! The web dashboard: five static files embedded in the binary (no build step, nothing
+//! The web dashboard: six static files embedded in the binary (no build step, nothing
 //! fetched from the network), which read everything from the admin JSON API.
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ const INDEX: &str = include_str!("../assets/index.html");
 const APP: &str = include_str!("../assets/app.js");
 const WORKERS: &str = include_str!("../assets/workers.js");
 const CHARTS: &str = include_str!("../assets/charts.js");
+const SCHEDULES: &str = include_str!("../assets/schedules.js");
 const STYLE: &str = include_str!("../assets/style.css");
 
 pub(crate) fn routes() -> Router<Arc<Broker>> {
@@ -32,6 +33,10 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
         .route(
             "/ui/charts.js",
             get(|| async { page(CHARTS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/schedules.js",
+            get(|| async { page(SCHEDULES, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/ui/style.css",

@@ -132,6 +132,8 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     }
     // So are the config's queue policies, before any front end hands out a job.
     crate::settings::queue_policies::apply(&broker, &settings.queues).await;
+    // And its schedules, before a front end could see their first jobs.
+    crate::settings::schedules::apply(&broker, &settings.schedules).await;
 
     // systemd socket activation replaces the configured addresses, as in beanstalkd.
     let mut activated =

@@ -15,6 +15,7 @@ use jobyard_engine::flows::FlowDefinition;
 use jobyard_storage::{redact_url, FsyncMode, PgLocation, DEFAULT_PG_SCHEMA};
 
 pub(crate) mod queue_policies;
+pub(crate) mod schedules;
 
 /// Everything the server needs to start.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +55,8 @@ pub struct Settings {
     pub http_worker_idle: Duration,
     /// Flows declared at start (`--flows`), validated. Behind one pointer, as `gearman`.
     pub flows: std::sync::Arc<Vec<FlowDefinition>>,
+    /// Periodic jobs declared at start (`--schedules`, the config's `[[schedules]]`).
+    pub schedules: std::sync::Arc<Vec<jobyard_engine::Schedule>>,
     /// Queue policies declared at start (`--queues`, the config's `[queues.NAME]` tables).
     pub queues: std::sync::Arc<Vec<queue_policies::DeclaredQueue>>,
     /// `None`: the WMP manager is off (the default). Boxed to keep `Settings` small.
@@ -98,6 +101,7 @@ impl Default for Settings {
             http_listen: None,
             http_worker_idle: jobyard_http::DEFAULT_WORKER_IDLE,
             flows: Default::default(),
+            schedules: Default::default(),
             queues: Default::default(),
             wmp: None,
             http_security: Default::default(),
@@ -226,6 +230,10 @@ pub struct ServeArgs {
     /// in the config file, the `[[flows]]` tables may stand in it instead of a path.
     #[arg(long, env = "JOBYARD_FLOWS")]
     pub flows: Option<String>,
+    /// TOML file of periodic jobs (`[[schedules]]` tables, docs/schedules.md) declared at
+    /// start; in the config file, the `[[schedules]]` tables may stand in it instead of a path.
+    #[arg(long, env = "JOBYARD_SCHEDULES")]
+    pub schedules: Option<String>,
     /// TOML file of `[queues.NAME]` tables (lease_limit, rate_limit, paused) set at start;
     /// in the config file, the `[queues.NAME]` tables may stand in it instead of a path.
     #[arg(long, env = "JOBYARD_QUEUES")]
@@ -331,9 +339,10 @@ pub fn with_file_defaults(cmd: clap::Command, argv: &[String]) -> Result<clap::C
             ));
         }
         let value = match value {
-            // Flow definitions written in the config itself travel to `--flows` as JSON.
-            toml::Value::Array(flows) if key == "flows" => {
-                serde_json::to_string(&flows).expect("TOML values serialize as JSON")
+            // Flow definitions written in the config itself travel to `--flows` as JSON,
+            // and `[[schedules]]` to `--schedules`.
+            toml::Value::Array(tables) if key == "flows" || key == "schedules" => {
+                serde_json::to_string(&tables).expect("TOML values serialize as JSON")
             }
             // So do the `[queues.NAME]` tables, to `--queues`.
             toml::Value::Table(queues) if key == "queues" => {
@@ -488,6 +497,10 @@ impl ServeArgs {
             flows: match &self.flows {
                 Some(source) => std::sync::Arc::new(load_flows(source)?),
                 None => defaults.flows,
+            },
+            schedules: match &self.schedules {
+                Some(source) => std::sync::Arc::new(schedules::load(source)?),
+                None => defaults.schedules,
             },
             queues: match &self.queues {
                 Some(source) => std::sync::Arc::new(queue_policies::load(source)?),
