@@ -70,9 +70,21 @@ fn each_way_a_lease_ends_is_reported_with_its_holder_and_stamp() {
         vec![
             (ids[0], A, LeaseClose::Released, Some(10)),
             (ids[1], A, LeaseClose::Buried, Some(10)),
-            (ids[2], A, LeaseClose::Ok, Some(10)),
-            (ids[3], A, LeaseClose::Deleted, Some(10)),
             (ids[4], B, LeaseClose::Disconnected, Some(10)),
+        ],
+        "a job that ends well with its first lease is not reported: its counts tell it"
+    );
+
+    // Its second lease on, a job's good end is reported too: it has a story.
+    assert_eq!(take(&mut e, A, q, T0), ids[0]);
+    assert!(e.finish(A, ids[0], JobEnd::ok(Bytes::new())));
+    assert_eq!(take(&mut e, A, q, T0), ids[4]);
+    assert!(e.delete(A, ids[4]));
+    assert_eq!(
+        commit(&mut e, 30),
+        vec![
+            (ids[0], A, LeaseClose::Ok, None),
+            (ids[4], A, LeaseClose::Deleted, None),
         ]
     );
 }
