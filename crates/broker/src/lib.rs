@@ -48,7 +48,7 @@ pub use lease_latency::{
 pub use mailbox::{Mailbox, MAILBOX_CAP};
 pub use metrics::{Metrics, ProtocolMetrics};
 pub use open::{OpenError, StorageOptions, DEFAULT_BODIES_IN_LOG, DEFAULT_HOT_BODY_BYTES};
-pub use schedules::when_of;
+pub use schedules::{when_of, ScheduleSpec};
 pub use workers::{Listed, ProcessInfo, WorkerInfo, Workers};
 
 /// The engine and who to tell about what it does. Guarded by one mutex.

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use jobyard_engine::{Millis, MissedTicks, Schedule, Timing};
+use jobyard_engine::{Millis, MissedTicks, Overlap, Schedule, Timing};
 use jobyard_schedule::{due, Missed, When};
+use serde::Deserialize;
 
 use crate::Broker;
 
@@ -117,5 +118,71 @@ pub fn when_of(timing: &Timing) -> Result<When, jobyard_schedule::BadSchedule> {
     match timing {
         Timing::Cron { expr, time_zone } => When::cron(expr, time_zone),
         Timing::Interval(text) => When::every(text),
+    }
+}
+
+/// A schedule as people write it: a `[[schedules]]` table of the config file, or the body
+/// of `PUT /v1/schedules/{name}`. Both read it here, so the two cannot drift apart.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// Given in a config table; over HTTP the name is the path's.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub queue: String,
+    pub cron: Option<String>,
+    pub time_zone: Option<String>,
+    pub interval: Option<String>,
+    #[serde(default)]
+    pub body: String,
+    pub priority: Option<u32>,
+    pub ttr: Option<u32>,
+    pub overlap: Option<String>,
+    pub missed: Option<String>,
+}
+
+impl ScheduleSpec {
+    /// The schedule the engine keeps, named `name`, with a job's priority and TTR
+    /// defaulting to the given ones; or why it cannot be (its timing is evaluated once).
+    pub fn into_schedule(
+        self,
+        name: &str,
+        default_priority: u32,
+        default_ttr: u32,
+    ) -> Result<Schedule, String> {
+        let timing = match (self.cron, self.interval, self.time_zone) {
+            (Some(expr), None, time_zone) => Timing::Cron {
+                expr,
+                time_zone: time_zone.unwrap_or_else(|| "UTC".into()),
+            },
+            (None, Some(interval), None) => Timing::Interval(interval),
+            (None, Some(_), Some(_)) => return Err("time_zone goes with cron, not interval".into()),
+            (Some(_), Some(_), _) => return Err("give cron or interval, not both".into()),
+            (None, None, _) => return Err("give cron (and time_zone) or interval".into()),
+        };
+        when_of(&timing).map_err(|e| e.to_string())?;
+        let overlap = match self.overlap.as_deref() {
+            None | Some("allow") => Overlap::Allow,
+            Some("skip") => Overlap::Skip,
+            Some(other) => return Err(format!("overlap {other:?}: want \"skip\" or \"allow\"")),
+        };
+        let missed = match self.missed.as_deref() {
+            None | Some("skip") => MissedTicks::Skip,
+            Some("catch_up") => MissedTicks::CatchUp,
+            Some(other) => return Err(format!("missed {other:?}: want \"skip\" or \"catch_up\"")),
+        };
+        Ok(Schedule {
+            name: Bytes::copy_from_slice(name.as_bytes()),
+            queue: Bytes::from(self.queue),
+            body: Bytes::from(self.body),
+            pri: self.priority.unwrap_or(default_priority),
+            ttr: self.ttr.unwrap_or(default_ttr).max(1),
+            timing,
+            overlap,
+            missed,
+            paused: false,
+            last_tick: 0,
+            last_job: 0,
+        })
     }
 }

@@ -8,10 +8,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Json;
-use bytes::Bytes;
-use jobyard_broker::Broker;
+use jobyard_broker::{Broker, ScheduleSpec};
 use jobyard_engine::{Millis, MissedTicks, Overlap, Schedule, Timing};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -32,67 +30,19 @@ pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
     ]
 }
 
-/// The body of `PUT /v1/schedules/{schedule}`: what the config's `[[schedules]]` table
-/// holds, as JSON.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleRequest {
-    queue: String,
-    cron: Option<String>,
-    time_zone: Option<String>,
-    interval: Option<String>,
-    #[serde(default)]
-    body: String,
-    priority: Option<u32>,
-    ttr: Option<u32>,
-    overlap: Option<String>,
-    missed: Option<String>,
-}
-
-impl ScheduleRequest {
-    /// The schedule it declares, or why it cannot be.
-    fn checked(self, name: &str, max_job_size: u32) -> Result<Schedule, ApiError> {
-        check_queue_name(&self.queue)?;
-        if self.body.len() > max_job_size as usize {
-            return Err(ApiError::job_too_big(max_job_size));
-        }
-        let timing = match (self.cron, self.interval, self.time_zone) {
-            (Some(expr), None, time_zone) => Timing::Cron {
-                expr,
-                time_zone: time_zone.unwrap_or_else(|| "UTC".into()),
-            },
-            (None, Some(interval), None) => Timing::Interval(interval),
-            _ => {
-                return Err(ApiError::bad_request(
-                    "give cron (and time_zone) or interval, not both",
-                ))
-            }
-        };
-        jobyard_broker::when_of(&timing).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let overlap = match self.overlap.as_deref() {
-            None | Some("allow") => Overlap::Allow,
-            Some("skip") => Overlap::Skip,
-            Some(_) => return Err(ApiError::bad_request("overlap is \"skip\" or \"allow\"")),
-        };
-        let missed = match self.missed.as_deref() {
-            None | Some("skip") => MissedTicks::Skip,
-            Some("catch_up") => MissedTicks::CatchUp,
-            Some(_) => return Err(ApiError::bad_request("missed is \"skip\" or \"catch_up\"")),
-        };
-        Ok(Schedule {
-            name: Bytes::copy_from_slice(name.as_bytes()),
-            queue: Bytes::from(self.queue),
-            body: Bytes::from(self.body),
-            pri: self.priority.unwrap_or(DEFAULT_PRIORITY),
-            ttr: self.ttr.unwrap_or(DEFAULT_TTR).max(1),
-            timing,
-            overlap,
-            missed,
-            paused: false,
-            last_tick: 0,
-            last_job: 0,
-        })
+/// The body of `PUT /v1/schedules/{schedule}` ([`ScheduleSpec`], read as the config's
+/// `[[schedules]]` tables are) checked against this API's limits: the queue's name, the
+/// body's size, and a name that, if given, is the path's.
+fn checked(spec: ScheduleSpec, name: &str, max_job_size: u32) -> Result<Schedule, ApiError> {
+    check_queue_name(&spec.queue)?;
+    if spec.body.len() > max_job_size as usize {
+        return Err(ApiError::job_too_big(max_job_size));
     }
+    if spec.name.as_deref().is_some_and(|given| given != name) {
+        return Err(ApiError::bad_request("the body's name is not the path's"));
+    }
+    spec.into_schedule(name, DEFAULT_PRIORITY, DEFAULT_TTR)
+        .map_err(ApiError::bad_request)
 }
 
 /// A schedule as JSON, with its next tick after `now` (none while paused).
@@ -165,13 +115,13 @@ pub async fn show(
 pub async fn declare(
     State(api): State<Api>,
     PathText(name): PathText,
-    JsonBody(req): JsonBody<ScheduleRequest>,
+    JsonBody(spec): JsonBody<ScheduleSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     check_name(&name)?;
     if api.broker.draining() {
         return Err(ApiError::draining());
     }
-    let schedule = req.checked(&name, api.config.max_job_size)?;
+    let schedule = checked(spec, &name, api.config.max_job_size)?;
     let now = Broker::now();
     let (created, out, lsn) = {
         let mut txn = api.broker.lock();

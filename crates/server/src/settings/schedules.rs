@@ -5,9 +5,8 @@
 //! schedule no longer in the file stays, as the log kept it, until it is deleted through
 //! the HTTP API or `jobyard ctl schedules delete` (docs/schedules.md).
 
-use bytes::Bytes;
-use jobyard_broker::Broker;
-use jobyard_engine::{MissedTicks, Overlap, Schedule, Timing};
+use jobyard_broker::{Broker, ScheduleSpec};
+use jobyard_engine::Schedule;
 use serde::Deserialize;
 
 /// The priority and TTR of a scheduled job unless its table says otherwise: the HTTP
@@ -17,23 +16,6 @@ const DEFAULT_TTR: u32 = 60;
 /// The longest schedule or queue name, as for the HTTP API's queues.
 const MAX_NAME_BYTES: usize = 200;
 
-/// One `[[schedules]]` table as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduleTable {
-    name: String,
-    queue: String,
-    cron: Option<String>,
-    time_zone: Option<String>,
-    interval: Option<String>,
-    #[serde(default)]
-    body: String,
-    priority: Option<u32>,
-    ttr: Option<u32>,
-    overlap: Option<String>,
-    missed: Option<String>,
-}
-
 /// The declared schedules of `--schedules`: the config's `[[schedules]]` tables as JSON,
 /// or the path of a TOML file of them. Each is checked (its timing evaluates); a name
 /// twice is an error.
@@ -42,9 +24,9 @@ pub fn load(source: &str) -> Result<Vec<Schedule>, String> {
     #[serde(deny_unknown_fields)]
     struct SchedulesFile {
         #[serde(default)]
-        schedules: Vec<ScheduleTable>,
+        schedules: Vec<ScheduleSpec>,
     }
-    let tables: Vec<ScheduleTable> = if source.starts_with('[') {
+    let tables: Vec<ScheduleSpec> = if source.starts_with('[') {
         serde_json::from_str(source).map_err(|e| format!("bad [[schedules]] in the config: {e}"))?
     } else {
         let text = std::fs::read_to_string(source)
@@ -67,46 +49,17 @@ pub fn load(source: &str) -> Result<Vec<Schedule>, String> {
 }
 
 /// A table as the engine keeps it, or its name and what is wrong with it.
-fn declared(table: ScheduleTable) -> Result<Schedule, (String, String)> {
-    let name = table.name.clone();
-    checked(table).map_err(|e| (name, e))
+fn declared(table: ScheduleSpec) -> Result<Schedule, (String, String)> {
+    let name = table.name.clone().unwrap_or_default();
+    checked(table, &name).map_err(|e| (name, e))
 }
 
-fn checked(table: ScheduleTable) -> Result<Schedule, String> {
-    check_name("name", &table.name)?;
+/// A table's schedule: its name and queue checked as the HTTP API checks queue names, the
+/// rest read as `PUT /v1/schedules/{name}` reads it ([`ScheduleSpec`]).
+fn checked(table: ScheduleSpec, name: &str) -> Result<Schedule, String> {
+    check_name("name", name)?;
     check_name("queue", &table.queue)?;
-    let timing = match (table.cron, table.interval, table.time_zone) {
-        (Some(expr), None, time_zone) => Timing::Cron {
-            expr,
-            time_zone: time_zone.unwrap_or_else(|| "UTC".into()),
-        },
-        (None, Some(interval), None) => Timing::Interval(interval),
-        (None, Some(_), Some(_)) => return Err("time_zone goes with cron, not interval".into()),
-        (Some(_), Some(_), _) => return Err("give cron or interval, not both".into()),
-        (None, None, _) => return Err("give cron (and time_zone) or interval".into()),
-    };
-    jobyard_broker::when_of(&timing).map_err(|e| e.to_string())?;
-    Ok(Schedule {
-        name: Bytes::from(table.name),
-        queue: Bytes::from(table.queue),
-        body: Bytes::from(table.body),
-        pri: table.priority.unwrap_or(DEFAULT_PRIORITY),
-        ttr: table.ttr.unwrap_or(DEFAULT_TTR).max(1),
-        timing,
-        overlap: match table.overlap.as_deref() {
-            None | Some("allow") => Overlap::Allow,
-            Some("skip") => Overlap::Skip,
-            Some(other) => return Err(format!("overlap {other:?}: want \"skip\" or \"allow\"")),
-        },
-        missed: match table.missed.as_deref() {
-            None | Some("skip") => MissedTicks::Skip,
-            Some("catch_up") => MissedTicks::CatchUp,
-            Some(other) => return Err(format!("missed {other:?}: want \"skip\" or \"catch_up\"")),
-        },
-        paused: false,
-        last_tick: 0,
-        last_job: 0,
-    })
+    table.into_schedule(name, DEFAULT_PRIORITY, DEFAULT_TTR)
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -138,6 +91,7 @@ pub async fn apply(broker: &Broker, schedules: &[Schedule]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jobyard_engine::{MissedTicks, Overlap, Timing};
 
     fn load_toml(text: &str) -> Result<Vec<Schedule>, String> {
         let dir = tempfile::tempdir().unwrap();
