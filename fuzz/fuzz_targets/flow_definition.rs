@@ -5,7 +5,7 @@
 #![no_main]
 
 use jobyard_engine::flows::{FlowChange, FlowDefinition};
-use jobyard_engine::Engine;
+use jobyard_engine::EngineCore;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(FlowDefinition::parse_json(&text).as_ref(), Ok(&def));
     }
     if FlowChange::decode(data).is_some() {
-        let mut engine = Engine::new();
+        let mut engine = EngineCore::new();
         engine.replay(jobyard_engine::Change::Flow(bytes::Bytes::copy_from_slice(data)));
         engine.tick(u64::MAX / 2);
         let _ = engine.snapshot();
