@@ -66,7 +66,7 @@ def test_acknowledged_jobs_survive_kill9(start_pg_server, postgres, pg_url):
     check_jobs(srv.address, expected)
     db = pg_url.rsplit("/", 1)[1]
     meta = dict(postgres.sql("SELECT key, value FROM jobyard.meta", db=db))
-    assert meta["schema_version"] == "2" and meta["cluster_id"], meta
+    assert meta["schema_version"] == "3" and meta["cluster_id"], meta
 
 
 def test_the_log_is_compacted_into_a_snapshot(start_pg_server, postgres, pg_url):

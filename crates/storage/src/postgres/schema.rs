@@ -10,7 +10,22 @@ use super::error::PgError;
 /// [`prepare`] to migrate from the one before.
 /// Version 2 added the leader's lease (`leader`), the nodes' heartbeats (`nodes`) and the
 /// epoch of each batch (`log.epoch`, 0 for batches written before).
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// Version 3 added each node's role and advertised addresses (`nodes.role`, `nodes.addrs`,
+/// for standbys that forward clients), the notification standbys follow the log by
+/// (`log_notify`), and transactional enqueue (`enqueue`, `enqueue_rejected`, `enqueue_notify`).
+pub(crate) const SCHEMA_VERSION: i64 = 3;
+
+/// The channel a committed batch notifies (once per statement): standbys following the
+/// log `LISTEN` on it instead of polling.
+pub(crate) fn log_channel(schema: &str) -> String {
+    format!("{schema}_log")
+}
+
+/// The channel an application's committed `INSERT INTO enqueue` notifies: the leader's
+/// enqueue consumer `LISTEN`s on it instead of polling.
+pub(crate) fn enqueue_channel(schema: &str) -> String {
+    format!("{schema}_enqueue")
+}
 
 /// Creates the schema and its tables if they are not there (migrating a version 1
 /// schema), and checks the version of one that is. Returns the cluster id (made with the
@@ -53,9 +68,43 @@ pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> 
              ('schema_version', '{SCHEMA_VERSION}'),
              ('cluster_id', md5(random()::text || clock_timestamp()::text))
              ON CONFLICT (key) DO NOTHING;
+         ALTER TABLE {schema}.nodes ADD COLUMN IF NOT EXISTS role text NOT NULL DEFAULT 'standby';
+         ALTER TABLE {schema}.nodes ADD COLUMN IF NOT EXISTS addrs text NOT NULL DEFAULT '{{}}';
+         CREATE OR REPLACE FUNCTION {schema}.log_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_notify('{log_channel}', ''); RETURN NULL; END $$;
+         CREATE OR REPLACE TRIGGER log_notify AFTER INSERT ON {schema}.log
+             FOR EACH STATEMENT EXECUTE FUNCTION {schema}.log_notify();
+         CREATE TABLE IF NOT EXISTS {schema}.enqueue (
+             id bigserial PRIMARY KEY,
+             queue text NOT NULL CHECK (octet_length(queue) BETWEEN 1 AND 200),
+             body text NOT NULL DEFAULT '',
+             body_bytes bytea,
+             priority bigint NOT NULL DEFAULT 1024 CHECK (priority BETWEEN 0 AND 4294967295),
+             delay_seconds integer NOT NULL DEFAULT 0 CHECK (delay_seconds >= 0),
+             ttr_seconds integer NOT NULL DEFAULT 60 CHECK (ttr_seconds >= 0),
+             unique_key text,
+             created_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE IF NOT EXISTS {schema}.enqueue_rejected (
+             id bigint PRIMARY KEY,
+             queue text NOT NULL,
+             body text NOT NULL,
+             body_bytes bytea,
+             priority bigint NOT NULL,
+             delay_seconds integer NOT NULL,
+             ttr_seconds integer NOT NULL,
+             unique_key text,
+             created_at timestamptz NOT NULL,
+             rejected_at timestamptz NOT NULL DEFAULT now(),
+             reason text NOT NULL);
+         CREATE OR REPLACE FUNCTION {schema}.enqueue_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_notify('{enqueue_channel}', ''); RETURN NULL; END $$;
+         CREATE OR REPLACE TRIGGER enqueue_notify AFTER INSERT ON {schema}.enqueue
+             FOR EACH STATEMENT EXECUTE FUNCTION {schema}.enqueue_notify();
          UPDATE {schema}.meta SET value = '{SCHEMA_VERSION}'
-             WHERE key = 'schema_version' AND value = '1';
-         COMMIT;"
+             WHERE key = 'schema_version' AND value IN ('1', '2');
+         COMMIT;",
+        log_channel = log_channel(schema),
+        enqueue_channel = enqueue_channel(schema),
     ))?;
     let version = meta_value(conn, schema, "schema_version")?;
     let version: i64 = version.trim().parse().map_err(|_| {
