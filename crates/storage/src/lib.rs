@@ -33,7 +33,8 @@ pub use files::disk_bytes;
 pub use lock::DirLock;
 pub use log::{FsyncMode, Log, LogOptions, SnapshotFeed};
 pub use postgres::{
-    redact_url, ClusterNode, Leadership, PgLocation, DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA,
+    redact_url, Addrs, ClusterNode, ClusterState, ClusterView, Leadership, PgLocation, Role,
+    DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{PgError, PgRecovered, PgStore, PgTarget, STEP_DOWN_EXIT};

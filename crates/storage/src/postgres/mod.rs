@@ -9,10 +9,12 @@
 mod leadership;
 mod location;
 mod redact;
+mod view;
 
 pub use leadership::{ClusterNode, Leadership};
 pub use location::{PgLocation, DEFAULT_SCHEMA};
 pub use redact::redact_url;
+pub use view::{Addrs, ClusterState, ClusterView, Role};
 
 #[cfg(feature = "postgres")]
 mod backend;
