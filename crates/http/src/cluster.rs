@@ -1,12 +1,34 @@
 //! `GET /v1/cluster`: this node's place among the nodes sharing its storage (docs/postgres.md).
-//! Only a leading node serves HTTP today, so `role` is always `"leader"` here; a server on
-//! the file log is a cluster of one, with no name and epoch 0.
+//! The document is built by [`cluster_document`] from a [`ClusterState`], so a leader's
+//! route and a standby's front door (which answers without an engine) say the same thing;
+//! a server on the file log is a cluster of one, with no name and epoch 0.
 
 use axum::extract::State;
 use axum::Json;
+use jobyard_storage::{ClusterNode, ClusterState};
 use serde_json::{json, Value};
 
 use crate::state::Api;
+
+/// The `/v1/cluster` document of `state`: `role`, `epoch`, `leader`, `node`, `lag_ms` and
+/// the live `nodes`, each with its `node` and `role`.
+pub fn cluster_document(state: &ClusterState) -> Value {
+    json!({
+        "role": state.role.as_str(),
+        "epoch": state.epoch,
+        "leader": state.leader,
+        "node": state.node,
+        "lag_ms": state.lag_ms,
+        "nodes": nodes_document(&state.nodes),
+    })
+}
+
+fn nodes_document(nodes: &[ClusterNode]) -> Vec<Value> {
+    nodes
+        .iter()
+        .map(|n| json!({ "node": n.node, "role": n.role }))
+        .collect()
+}
 
 /// `GET /v1/cluster`: `role`, `epoch`, `leader`, `node`, `lag_ms` and the live `nodes`.
 pub(crate) async fn cluster(State(api): State<Api>) -> Json<Value> {
@@ -20,11 +42,6 @@ pub(crate) async fn cluster(State(api): State<Api>) -> Json<Value> {
             "nodes": [],
         }));
     };
-    let nodes: Vec<Value> = leadership
-        .nodes()
-        .into_iter()
-        .map(|n| json!({ "node": n.node, "role": n.role }))
-        .collect();
     Json(json!({
         "role": "leader",
         "epoch": leadership.epoch(),
@@ -32,6 +49,6 @@ pub(crate) async fn cluster(State(api): State<Api>) -> Json<Value> {
         "node": leadership.node(),
         // The leader's engine is the log's writer: it is never behind.
         "lag_ms": 0,
-        "nodes": nodes,
+        "nodes": nodes_document(&leadership.nodes()),
     }))
 }

@@ -16,6 +16,7 @@
 //! [`security`] (docs/security.md).
 
 mod cluster;
+pub use cluster::cluster_document;
 mod dead_letters;
 mod encoding;
 mod error;
