@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 
 pub use attempts::Attempt;
 pub use durability::Compaction;
-pub use jobyard_storage::{ClusterNode, Leadership, Lsn};
+pub use jobyard_storage::{Addrs, ClusterNode, ClusterState, ClusterView, Leadership, Lsn, Role};
 pub use labelled::{FigureKind, LabelledMetrics, LabelledRow};
 pub use lease_latency::{
     HistogramSnapshot, LatencyHistogram, LeaseLatency, QueueLeaseLatency, LEASE_BUCKETS_US,

@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use jobyard_storage::{ClusterNode, ClusterState};
+use jobyard_broker::{ClusterNode, ClusterState};
 use serde_json::{json, Value};
 
 use crate::state::Api;
