@@ -90,6 +90,9 @@ pub struct Broker {
     started: Instant,
     /// Held for as long as the broker lives: one server per data directory.
     dir_lock: Mutex<Option<DirLock>>,
+    /// This node's view of the cluster sharing its PostgreSQL storage (set once, by
+    /// [`Broker::open`]); unset with any other storage.
+    cluster_view: std::sync::OnceLock<Arc<ClusterView>>,
 }
 
 impl Broker {
@@ -132,6 +135,7 @@ impl Broker {
             schedules_changed: Notify::new(),
             started: Instant::now(),
             dir_lock: Mutex::new(None),
+            cluster_view: std::sync::OnceLock::new(),
         })
     }
 
@@ -193,6 +197,13 @@ impl Broker {
     /// any other storage.
     pub fn leadership(&self) -> Option<&Arc<jobyard_storage::Leadership>> {
         self.leadership.as_ref()
+    }
+
+    /// This node's view of the cluster sharing its PostgreSQL storage (role, epoch, leader,
+    /// live nodes), kept current by the storage; `None` with any other storage, which is a
+    /// cluster of one.
+    pub fn cluster_view(&self) -> Option<&Arc<ClusterView>> {
+        self.cluster_view.get()
     }
 
     /// Locks the engine for a series of operations.

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use jobyard_engine::Change;
 use jobyard_engine::EngineCore;
-use jobyard_storage::{body_ref, recover_placed, DirLock, FsyncMode, Log, LogOptions, PgLocation};
+use jobyard_storage::{
+    body_ref, recover_placed, ClusterView, DirLock, FsyncMode, Log, LogOptions, PgLocation,
+};
 use tokio::sync::Notify;
 
 use crate::{Broker, Compaction};
@@ -47,6 +49,11 @@ pub struct StorageOptions {
     pub queues_first: Vec<Bytes>,
     /// Keep the log in PostgreSQL instead of `data_dir` (`--storage postgres://...`).
     pub postgres: Option<PgLocation>,
+    /// With `postgres`: this node's view of its cluster, kept current by the storage from
+    /// the first connection on (starting, standby, leader), so the server can show it (and
+    /// forward clients to the leader) while [`Broker::open`] still waits. `None`: the
+    /// broker makes one. Unused with any other storage.
+    pub cluster_view: Option<Arc<ClusterView>>,
 }
 
 /// Why storage could not be opened: a message, and the process exit code the drop-in
@@ -78,13 +85,19 @@ impl Broker {
             engine.pin(q);
         }
         if let Some(postgres) = &options.postgres {
+            let view = options
+                .cluster_view
+                .clone()
+                .unwrap_or_else(|| Arc::new(ClusterView::new(postgres.node_name.clone())));
             let log = open_postgres(postgres, &options, &mut engine, durable_changed.clone())?;
-            return Ok(Broker::new(
+            let broker = Broker::new(
                 engine,
                 Some((log, None)),
                 durable_changed,
                 options.compaction,
-            ));
+            );
+            let _ = broker.cluster_view.set(view);
+            return Ok(broker);
         }
         let Some(dir) = &options.data_dir else {
             return Ok(Broker::new(

@@ -84,6 +84,7 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
         hot_body_bytes: settings.hot_body_bytes,
         queues_first,
         postgres: settings.postgres.clone(),
+        cluster_view: None,
     })
     .map_err(|e| Fatal(e.message, e.exit_code))
 }

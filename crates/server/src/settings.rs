@@ -394,6 +394,7 @@ fn postgres_location(
         url,
         schema: schema.unwrap_or_else(|| DEFAULT_PG_SCHEMA.to_string()),
         node_name,
+        advertise: Default::default(),
     }))
 }
 

@@ -1,6 +1,7 @@
 //! What the settings say about a log in PostgreSQL, before anything is parsed or opened.
 
 use super::redact::redact_url;
+use super::view::Addrs;
 
 /// A log kept in PostgreSQL: the URL (which may hold a password, so `Debug` never shows
 /// it), the schema of its tables, and this node's name among the nodes sharing it.
@@ -12,6 +13,9 @@ pub struct PgLocation {
     pub schema: String,
     /// This node's name in the cluster (`--node-name`, by default `HOSTNAME:PORT`).
     pub node_name: String,
+    /// Where this node's listeners accept clients, as other nodes reach them: written into
+    /// its `nodes` row by every heartbeat, so a standby can forward clients to the leader.
+    pub advertise: Addrs,
 }
 
 /// The schema when none is given.
