@@ -31,7 +31,7 @@ impl Engine {
                     self.to_serve.push(q);
                     self.drop_queue_if_unreferenced(q);
                 }
-                Timer::RateToken(q) => self.rate_token_due(q),
+                Timer::RateToken(q) => self.rate_token_due(q, now),
                 Timer::WaitTimeout(conn) => self.end_wait(conn, NoticeKind::TimedOut),
                 Timer::DeadlineSoon(conn) => self.end_wait(conn, NoticeKind::DeadlineSoon),
             }

@@ -85,10 +85,11 @@ impl EngineCore {
 
     /// Lets jobs be handed out, or not (a leader that cannot be sure its lease holds):
     /// while off, reserves find nothing and wait, and no waiter is served. Waiters are
-    /// served again when their queues next gain a job.
+    /// served again when their queues next gain a job. Turning it back on empties the
+    /// rate limits' buckets (another node may have handed out jobs meanwhile).
     #[inline]
     pub fn set_handing_out(&mut self, on: bool) {
-        self.engine.handing_out = on;
+        self.engine.set_handing_out(on);
     }
 
     /// Whether leases wait for a stamp or completed leases wait to be taken: only then does

@@ -175,11 +175,13 @@ impl Engine {
         self.timers.add(at, Timer::RateToken(q));
     }
 
-    /// A queue's token timer fired: serve its waiters.
-    pub(crate) fn rate_token_due(&mut self, q: QueueId) {
+    /// A queue's token timer fired: serve its waiters (and start a restarted bucket's
+    /// refill, [`crate::rate`]).
+    pub(crate) fn rate_token_due(&mut self, q: QueueId, now: Millis) {
         if let Some(Some(queue)) = self.queues.get_mut(q as usize) {
             if let Some(bucket) = queue.rate.as_mut() {
                 bucket.armed = None;
+                bucket.start(now);
                 self.to_serve.push(q);
             }
         }
@@ -190,6 +192,8 @@ impl Engine {
         let q = self.queue_id_or_create(queue);
         let is_default = policy.is_default();
         self.apply_policy(q, policy);
+        // How many tokens were spent before the restart is not logged: start empty.
+        self.restart_rate(q);
         // The default policy is logged when a queue is forgotten or its limits removed: a
         // queue nothing else refers to goes, as it went then. (A timed pause alone never
         // keeps a queue, but must stay here until the queue's jobs are replayed.)

@@ -3,11 +3,22 @@
 //! The bucket holds up to N tokens (a burst of N after a quiet spell) and refills at N per
 //! interval; each hand-out takes one. It is pure arithmetic on the time the caller passes
 //! in, so the engine's fake clock drives it in tests exactly as the broker's clock does live.
+//!
+//! The level is not logged, so an engine that was not handing out until now (a restart's
+//! replay, a standby taking over, a leader that was unsure of its lease) cannot know how
+//! many tokens were spent just before: such a bucket restarts **empty**, at the first time
+//! the engine's clock gives it, and refills at the rate from there. A token bucket lets at
+//! most N + N·t/P jobs out in any window of length t; what went out before the restart is
+//! within that for the part of the window before it, and the empty bucket adds only
+//! N·t'/P for the part t' after it, so the limit holds across the restart (a full bucket
+//! added a whole burst of N on top).
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::Millis;
+use crate::queue::QueueId;
+use crate::timers::Timer;
+use crate::{Engine, Millis};
 
 const SECOND: Millis = 1000;
 const MINUTE: Millis = 60 * SECOND;
@@ -87,6 +98,9 @@ pub(crate) struct RateBucket {
     at: Millis,
     /// When a [`crate::timers::Timer::RateToken`] is set for this queue, if one is.
     pub(crate) armed: Option<Millis>,
+    /// Restarted empty and waiting for the clock ([`RateBucket::start`]): no tokens until
+    /// then, and none accrue.
+    waiting_for_clock: bool,
 }
 
 impl RateBucket {
@@ -97,7 +111,30 @@ impl RateBucket {
             level: Self::capacity(limit),
             at: 0,
             armed: None,
+            waiting_for_clock: false,
         }
+    }
+
+    /// Empties the bucket until [`RateBucket::start`] gives it the time to count from
+    /// (what was handed out before a restart is not known; see the module's doc).
+    pub(crate) fn restart(&mut self) {
+        self.level = 0;
+        self.waiting_for_clock = true;
+    }
+
+    /// Starts a restarted bucket's refill at `now`, empty (a bucket that is counting
+    /// already is left alone).
+    pub(crate) fn start(&mut self, now: Millis) {
+        if self.waiting_for_clock {
+            self.waiting_for_clock = false;
+            self.level = 0;
+            self.at = now;
+        }
+    }
+
+    /// Whether the bucket restarted and has not been given the time yet.
+    pub(crate) fn is_waiting_for_clock(&self) -> bool {
+        self.waiting_for_clock
     }
 
     fn capacity(limit: RateLimit) -> u64 {
@@ -105,6 +142,9 @@ impl RateBucket {
     }
 
     fn level_at(&self, now: Millis) -> u64 {
+        if self.waiting_for_clock {
+            return 0;
+        }
         // A whole interval refills the bucket, so a longer gap cannot add more (and the
         // product stays far below u64's range).
         let elapsed = now.saturating_sub(self.at).min(self.limit.per_ms);
@@ -120,6 +160,9 @@ impl RateBucket {
     /// Takes a token for a hand-out (none left is not an error: `reserve-job` names its
     /// job and is not refused for the rate, it only uses up what the bucket has).
     pub(crate) fn take(&mut self, now: Millis) {
+        if self.waiting_for_clock {
+            return;
+        }
         self.level = self.level_at(now).saturating_sub(self.limit.per_ms);
         self.at = self.at.max(now);
     }
@@ -136,6 +179,49 @@ impl RateBucket {
     /// How many whole tokens are there now.
     pub(crate) fn tokens(&self, now: Millis) -> u64 {
         self.level_at(now) / self.limit.per_ms
+    }
+}
+
+impl Engine {
+    /// Empties a queue's bucket until the clock next ticks (see the module's doc): a timer
+    /// due at once makes the first [`Engine::tick`] start it, so tokens accrue from the
+    /// moment the engine is live, not from the start of the log or of a standby's wait.
+    pub(crate) fn restart_rate(&mut self, q: QueueId) {
+        let Some(bucket) = self.queue_mut(q).rate.as_mut() else {
+            return;
+        };
+        if bucket.is_waiting_for_clock() {
+            return;
+        }
+        let armed = bucket.armed.replace(0);
+        bucket.restart();
+        if let Some(at) = armed {
+            self.timers.remove(at, Timer::RateToken(q));
+        }
+        self.timers.add(0, Timer::RateToken(q));
+    }
+
+    /// Empties every rate-limited queue's bucket: the engine starts handing out again
+    /// after a time it did not (a standby that took over, a leader that was unsure of its
+    /// lease), when another node may have handed out jobs meanwhile.
+    pub(crate) fn restart_rates(&mut self) {
+        let limited: Vec<QueueId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&q| self.queue(q).rate.is_some())
+            .collect();
+        for q in limited {
+            self.restart_rate(q);
+        }
+    }
+
+    /// Lets jobs be handed out or not; turning it back on restarts the rate buckets.
+    pub(crate) fn set_handing_out(&mut self, on: bool) {
+        if on && !self.handing_out {
+            self.restart_rates();
+        }
+        self.handing_out = on;
     }
 }
 
@@ -184,5 +270,21 @@ mod tests {
             3,
             "a quiet spell adds one burst, no more"
         );
+    }
+
+    #[test]
+    fn a_restarted_bucket_is_empty_until_started_then_refills_from_then() {
+        let mut b = RateBucket::new(RateLimit::new(2, SECOND).unwrap());
+        let t0 = 5_000_000;
+        b.restart();
+        assert_eq!(b.tokens(t0 + HOUR), 0, "no time counts before the start");
+        b.take(t0);
+        assert!(!b.has_token(t0));
+        b.start(t0);
+        assert!(!b.has_token(t0));
+        assert_eq!(b.next_token_at(t0), t0 + 500);
+        assert_eq!(b.tokens(t0 + SECOND), 2);
+        b.start(t0 + SECOND);
+        assert_eq!(b.tokens(t0 + SECOND), 2, "starting again changes nothing");
     }
 }

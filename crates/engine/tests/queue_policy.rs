@@ -304,7 +304,8 @@ fn replay_and_snapshots_restore_pauses_and_limits() {
     assert!(!r.queue(rc).is_paused(T0 + 60 * SEC));
     let sa = s.queue_id(b"a").unwrap();
     put_n(&mut s, sa, 10);
-    assert_eq!(drain(&mut s, A, sa, T0), 2);
+    s.tick(T0);
+    assert_eq!(drain(&mut s, A, sa, T0 + SEC), 2);
     assert!(s
         .take_changes()
         .all(|c| !matches!(c, Change::Policy { .. })));
@@ -358,4 +359,92 @@ fn replayed_pause_ends_that_mean_never_or_now_set_no_timer() {
     assert_eq!(r.queue(never).policy().pause, Pause::Forever);
     let now = r.queue_id(b"now").unwrap();
     assert!(!r.queue(now).is_paused(T0));
+}
+
+#[test]
+fn a_replayed_bucket_starts_empty_when_the_clock_first_ticks() {
+    let mut e = EngineCore::new();
+    let q = limited(&mut e, "q", "4/s");
+    put_n(&mut e, q, 20);
+    assert_eq!(drain(&mut e, A, q, T0), 4, "a limit set now: a full burst");
+    let log = changes(&mut e);
+
+    // The restart comes 100 ms later: the four just handed out are not known to it.
+    let restart = T0 + 100;
+    let mut r = rebuild(log);
+    let rq = r.queue_id(b"q").unwrap();
+    assert_eq!(
+        drain(&mut r, A, rq, restart),
+        0,
+        "empty before the clock ticks"
+    );
+    assert_eq!(r.next_deadline(), Some(0), "the first tick is due at once");
+    r.tick(restart);
+    assert_eq!(drain(&mut r, A, rq, restart), 0, "no burst after a restart");
+    assert_eq!(drain(&mut r, A, rq, restart + 249), 0);
+    assert_eq!(
+        drain(&mut r, A, rq, restart + 250),
+        1,
+        "then the rate itself"
+    );
+    assert_eq!(drain(&mut r, A, rq, restart + SEC), 3);
+    // Across the restart, the second from T0 let out 4, and the one from the restart 4.
+    assert_eq!(
+        drain(&mut r, A, rq, restart + 60 * SEC),
+        4,
+        "refilled as before"
+    );
+
+    // The same from a snapshot.
+    let mut s = rebuild(e.snapshot());
+    let sq = s.queue_id(b"q").unwrap();
+    put_n(&mut s, sq, 4);
+    s.tick(restart);
+    assert_eq!(drain(&mut s, A, sq, restart), 0);
+    assert_eq!(drain(&mut s, A, sq, restart + 250), 1);
+}
+
+#[test]
+fn a_waiter_on_a_replayed_bucket_is_served_when_its_first_token_is_due() {
+    let mut e = EngineCore::new();
+    let q = limited(&mut e, "q", "2/s");
+    put_n(&mut e, q, 3);
+    let mut r = rebuild(changes(&mut e));
+    let rq = r.queue_id(b"q").unwrap();
+    assert!(matches!(
+        reserve(&mut r, A, rq, None, T0),
+        ReserveOutcome::Waiting
+    ));
+    r.tick(T0);
+    assert!(notices(&mut r).is_empty());
+    assert_eq!(r.next_deadline(), Some(T0 + 500));
+    r.tick(T0 + 500);
+    assert!(matches!(
+        notices(&mut r).as_slice(),
+        [Notice {
+            conn: A,
+            kind: NoticeKind::Reserved(_)
+        }]
+    ));
+}
+
+#[test]
+fn handing_out_again_after_a_pause_in_leadership_starts_the_bucket_empty() {
+    let mut e = EngineCore::new();
+    let q = limited(&mut e, "q", "4/s");
+    put_n(&mut e, q, 20);
+    assert_eq!(drain(&mut e, A, q, T0), 4);
+    e.set_handing_out(true);
+    assert_eq!(
+        drain(&mut e, A, q, T0 + 60 * SEC),
+        4,
+        "still leading: no restart"
+    );
+    // Another node may have led meanwhile (a standby taking over, or a leader unsure of
+    // its lease): the bucket is emptied when hand-outs resume.
+    e.set_handing_out(false);
+    e.set_handing_out(true);
+    e.tick(T0 + 120 * SEC);
+    assert_eq!(drain(&mut e, A, q, T0 + 120 * SEC), 0);
+    assert_eq!(drain(&mut e, A, q, T0 + 120 * SEC + 250), 1);
 }
