@@ -154,9 +154,10 @@ class Postgres:
 
 
 class Standby:
-    """A `jobyard serve` started while another node leads the same storage: it does not
-    answer until it takes over, so it is started on a thread. `took_over(timeout)` waits
-    for that; `waiting()` says whether it is a standby yet (its log says so)."""
+    """A `jobyard serve` started while another node leads the same storage: it forwards
+    its clients to the leader until it takes over, and is started on a thread.
+    `took_over(timeout)` waits for it to lead (its log says it is ready); `waiting()` says
+    whether it is a standby yet (its log says so)."""
 
     def __init__(self, server) -> None:
         import threading
@@ -170,6 +171,12 @@ class Standby:
     def _run(self) -> None:
         try:
             self.server.start()
+            # A standby's front door answers (forwarding to the leader) long before the
+            # node leads: it leads once its log says the server is ready.
+            while "ready (storage:" not in self.server.log_path.read_text(errors="replace"):
+                if not self.server.running():
+                    raise AssertionError("the standby exited:\n" + self.server.log_tail())
+                time.sleep(0.02)
             self.led_at = time.monotonic()
         except BaseException as e:  # reported by took_over()
             self.error = e
@@ -190,3 +197,234 @@ class Standby:
         if self.error is not None:
             raise self.error
         return self.led_at is not None
+
+
+# -- a supervised cluster: nodes restarted when they exit, as systemd's Restart=on-failure --
+
+STEP_DOWN_EXIT = 75
+# systemd's default RestartSec.
+RESTART_DELAY = 0.1
+# A node that exits this many times in a row within CRASH_LOOP_WINDOW s of starting is given
+# up on (systemd's StartLimitBurst), so a node that cannot start never spins a test forever.
+CRASH_LOOP_BURST = 5
+CRASH_LOOP_WINDOW = 2.0
+
+
+class SupervisedNode:
+    """One `jobyard serve --storage URL` node on fixed loopback ports (beanstalkd, Gearman,
+    HTTP), restarted by a supervisor thread whenever it exits other than cleanly, as
+    systemd's `Restart=on-failure` does: after `kill -9`, and after stepping down (exit 75),
+    when it comes back as a standby. The ports stay the same across restarts, so a client
+    that knows every node's address always finds the one that leads. `stop()` is a clean
+    SIGTERM, after which the node stays down. Every run appends to one log file."""
+
+    def __init__(self, binary, url: str, name: str, log_dir: Path, extra_args=(), env=None):
+        from jobyard_testlib import other_listeners_off
+
+        self.binary = str(binary)
+        self.url = url
+        self.name = name
+        self.beanstalk_port = free_port()
+        self.gearman_port = free_port()
+        self.http_port = free_port()
+        self.log_path = Path(log_dir) / f"node-{name}.log"
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ if env is None else env)
+        self.env.setdefault("JOBYARD_LOG", "info")
+        self._listen = {
+            "--beanstalk-listen": f"{HOST}:{self.beanstalk_port}",
+            "--gearman-listen": f"{HOST}:{self.gearman_port}",
+            "--http-listen": f"{HOST}:{self.http_port}",
+        }
+        self._others_off = [
+            arg
+            for flag, off in zip(*[iter(other_listeners_off(self.binary))] * 2)
+            if flag not in self._listen and flag not in self.extra_args
+            for arg in (flag, off)
+        ]
+        self.proc: Optional[subprocess.Popen] = None
+        self.exits: List[int] = []  # every exit code seen, in order (-9: killed)
+        self.gave_up = False
+        self._stopping = False
+        self._thread = None
+        import threading
+
+        self._lock = threading.Lock()
+
+    # -- addresses -----------------------------------------------------------------------
+
+    @property
+    def beanstalk_address(self):
+        return (HOST, self.beanstalk_port)
+
+    @property
+    def gearman_address(self) -> str:
+        return f"{HOST}:{self.gearman_port}"
+
+    @property
+    def http_base(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> "SupervisedNode":
+        """Launches the node and its supervisor; returns at once (a standby does not answer
+        until it leads: see `Cluster.leader()`)."""
+        import threading
+
+        self._stopping = False
+        self._spawn()
+        self._thread = threading.Thread(target=self._supervise, name=f"supervise-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _spawn(self) -> None:
+        cmd = [
+            self.binary, "serve", "--storage", self.url, "--node-name", self.name,
+            *(x for kv in self._listen.items() for x in kv), *self._others_off,
+            *self.extra_args,
+        ]
+        with open(self.log_path, "ab") as log:
+            with self._lock:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, env=self.env)
+        self.started_at = time.monotonic()
+
+    def _supervise(self) -> None:
+        quick_exits = 0
+        while True:
+            code = self.proc.wait()
+            self.exits.append(code)
+            if self._stopping or code == 0:
+                return
+            quick_exits = quick_exits + 1 if time.monotonic() - self.started_at < CRASH_LOOP_WINDOW else 0
+            if quick_exits >= CRASH_LOOP_BURST:
+                self.gave_up = True
+                self._note(f"supervisor: exit {code}, {quick_exits} quick exits in a row: giving up")
+                return
+            self._note(f"supervisor: exit {code}; restarting")
+            time.sleep(RESTART_DELAY)
+            if self._stopping:
+                return
+            self._spawn()
+
+    def _note(self, line: str) -> None:
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {line} ---\n".encode())
+
+    def running(self) -> bool:
+        with self._lock:
+            return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL the current process; the supervisor starts it again."""
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGKILL)
+
+    def pid(self) -> Optional[int]:
+        with self._lock:
+            return None if self.proc is None else self.proc.pid
+
+    def restarts(self) -> int:
+        return len(self.exits)
+
+    def stop(self) -> None:
+        """A clean stop (SIGTERM, SIGKILL after 20 s), not restarted."""
+        self._stopping = True
+        with self._lock:
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # should a test have stopped it
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # -- what it says about itself -------------------------------------------------------
+
+    def cluster(self, timeout: float = 2.0) -> Optional[dict]:
+        """`GET /v1/cluster` on this node, or None when it does not answer."""
+        import json
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.http_base}/v1/cluster", timeout=timeout) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return None
+
+    def leads(self) -> bool:
+        """Whether this node answers as the leader (its own document, not one forwarded)."""
+        doc = self.cluster()
+        return bool(doc) and doc.get("role") == "leader" and doc.get("node") == self.name
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Cluster:
+    """N supervised nodes on one storage (see `SupervisedNode`): `leader()` waits for the
+    node that leads, `kill_leader()` kills it -9 and waits for another to take over."""
+
+    def __init__(self, binary, url: str, log_dir: Path, size: int = 2, extra_args=(),
+                 env=None, names=None):
+        names = names or [f"n{i + 1}" for i in range(size)]
+        self.nodes = [SupervisedNode(binary, url, name, log_dir, extra_args, env)
+                      for name in names]
+        self.failovers: List[float] = []  # seconds from each kill to the next leader's answer
+
+    def start(self, timeout: float = 60.0) -> "Cluster":
+        """Starts the first node, waits until it leads, then the others (as standbys)."""
+        self.nodes[0].start()
+        self.leader(timeout)
+        for node in self.nodes[1:]:
+            node.start()
+        return self
+
+    def leader(self, timeout: float = 30.0, not_pid=None) -> SupervisedNode:
+        """The node that leads, waiting up to `timeout` s for one (whose process is not
+        `not_pid`: a killed leader's node may come back and lead again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in self.nodes:
+                if node.running() and node.pid() != not_pid and node.leads():
+                    return node
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"== {n.name}:\n{n.log_tail(15)}" for n in self.nodes)
+                raise AssertionError(f"no node leads after {timeout} s:\n{tails}")
+            time.sleep(0.05)
+
+    def kill_leader(self, timeout: float = 30.0) -> SupervisedNode:
+        """kill -9 of the leader; returns the node that then leads (after its answer)."""
+        old = self.leader(timeout)
+        pid = old.pid()
+        old.kill9()
+        killed = time.monotonic()
+        new = self.leader(timeout, not_pid=pid)
+        self.failovers.append(time.monotonic() - killed)
+        return new
+
+    def beanstalk_addresses(self):
+        return [n.beanstalk_address for n in self.nodes]
+
+    def gearman_addresses(self) -> List[str]:
+        return [n.gearman_address for n in self.nodes]
+
+    def http_bases(self) -> List[str]:
+        return [n.http_base for n in self.nodes]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def logs(self, lines: int = 30) -> str:
+        return "\n".join(f"== node {n.name} (exits {n.exits}):\n{n.log_tail(lines)}"
+                         for n in self.nodes)

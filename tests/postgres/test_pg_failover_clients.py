@@ -1,0 +1,153 @@
+"""Failover under load with real clients of each protocol: supervised nodes on one
+PostgreSQL storage (pg_testlib's `Cluster`, restarting a node that exits as systemd would),
+clients that reconnect to whichever node answers, and the leader killed -9 mid-stream.
+
+Each test asserts, through tests/failover_testlib.py's ledger, that no acknowledged job was
+lost, none whose delete or complete was acknowledged came back (resurrected), and nothing
+appeared that no client sent; jobs handed out twice because their end was never
+acknowledged (at-least-once delivery across a failover) are counted and printed.
+
+The clients try every node's address in turn: today only the leader listens; once standbys
+forward their clients to the leader, the same clients go through them too, and
+`test_clients_through_one_standby_address` (skipped until then) keeps clients on one
+standby's address through the kill of the leader behind it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from failover_testlib import (BeanstalkConsumer, BeanstalkProducer, GearmanSubmitter,
+                              GearmanWorker, HttpProducer, HttpWorker, Load, drain)
+from pg_testlib import Cluster
+
+pytest.importorskip("gearman")
+
+# Enough traffic before and after a kill to show the clients were busy on both leaders.
+ACKS_AROUND_A_KILL = 150
+
+
+@pytest.fixture
+def cluster(jobyard_bin, pg_url, tmp_path):
+    made = []
+
+    def make(size=2, extra_args=()):
+        c = Cluster(jobyard_bin, pg_url, tmp_path, size=size, extra_args=extra_args).start()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+        print(c.logs())
+
+
+def judge(load: Load, cluster: Cluster) -> None:
+    """Drains what is left from the leader and asserts the ledger's verdict."""
+    leader = cluster.leader()
+    left = drain(leader.beanstalk_address, sorted(load.queues))
+    verdict = load.ledger.verdict(left)
+    print(f"failovers (s): {[round(t, 2) for t in cluster.failovers]}; {verdict.line()}")
+    assert verdict.ok, verdict.details()
+    assert verdict.acked_puts > 0
+
+
+def run_through_kills(cluster: Cluster, load: Load, kills: int) -> None:
+    load.start()
+    try:
+        load.wait_for_acks(ACKS_AROUND_A_KILL)
+        for _ in range(kills):
+            cluster.kill_leader()
+            load.wait_for_acks(ACKS_AROUND_A_KILL)
+    finally:
+        load.finish()
+
+
+def test_greenstalk_producers_and_consumers_through_a_kill9(cluster):
+    c = cluster()
+    load = Load()
+    for i in range(2):
+        load.add(BeanstalkProducer, f"bp{i}", c.beanstalk_addresses(), "fo-b")
+        load.add(BeanstalkConsumer, f"bc{i}", c.beanstalk_addresses(), "fo-b")
+    run_through_kills(c, load, kills=1)
+    assert load.ledger.acked_ends, "the consumers deleted nothing"
+    judge(load, c)
+
+
+def test_gearman_background_jobs_and_a_worker_through_a_kill9(cluster):
+    c = cluster()
+    load = Load()
+    for i in range(2):
+        load.add(GearmanSubmitter, f"gs{i}", c.gearman_addresses(), "fo-g")
+    load.add(GearmanWorker, "gw0", c.gearman_addresses(), "fo-g")
+    run_through_kills(c, load, kills=1)
+    assert load.ledger.taken, "the worker did nothing"
+    judge(load, c)
+
+
+def test_http_put_lease_complete_through_a_kill9(cluster):
+    c = cluster()
+    load = Load()
+    for i in range(2):
+        load.add(HttpProducer, f"hp{i}", c.http_bases(), "fo-h")
+        load.add(HttpWorker, f"hw{i}", c.http_bases(), "fo-h")
+    run_through_kills(c, load, kills=1)
+    assert load.ledger.acked_ends, "the workers completed nothing"
+    judge(load, c)
+
+
+def test_a_kill9_loop_under_mixed_load(cluster):
+    c = cluster(size=3)
+    load = Load()
+    load.add(BeanstalkProducer, "bp", c.beanstalk_addresses(), "mix-b")
+    load.add(BeanstalkConsumer, "bc", c.beanstalk_addresses(), "mix-b")
+    load.add(GearmanSubmitter, "gs", c.gearman_addresses(), "mix-g")
+    load.add(GearmanWorker, "gw", c.gearman_addresses(), "mix-g")
+    load.add(HttpProducer, "hp", c.http_bases(), "mix-h")
+    load.add(HttpWorker, "hw", c.http_bases(), "mix-h")
+    run_through_kills(c, load, kills=3)
+    restarted = sum(n.restarts() for n in c.nodes)
+    assert restarted >= 3, f"the supervisor restarted {restarted} nodes, expected the 3 killed"
+    judge(load, c)
+
+
+def standby_forwards(c: Cluster) -> bool:
+    """Whether a standby accepts beanstalkd clients (and so forwards them to the leader)."""
+    import socket
+
+    leader = c.leader()
+    for node in c.nodes:
+        if node is not leader:
+            try:
+                socket.create_connection(node.beanstalk_address, timeout=2).close()
+                return True
+            except OSError:
+                pass
+    return False
+
+
+def test_clients_through_one_standby_address(cluster):
+    c = cluster(size=3)
+    time.sleep(1.0)  # the standbys open their front doors once they know the leader
+    if not standby_forwards(c):
+        pytest.skip("standbys do not forward clients to the leader yet")
+    leader = c.leader()
+    door = next(n for n in c.nodes if n is not leader)
+    load = Load()
+    load.add(BeanstalkProducer, "bp", [door.beanstalk_address], "door-b")
+    load.add(BeanstalkConsumer, "bc", [door.beanstalk_address], "door-b")
+    load.add(GearmanSubmitter, "gs", [door.gearman_address], "door-g")
+    load.add(GearmanWorker, "gw", [door.gearman_address], "door-g")
+    load.add(HttpProducer, "hp", [door.http_base], "door-h")
+    load.add(HttpWorker, "hw", [door.http_base], "door-h")
+    load.start()
+    try:
+        load.wait_for_acks(ACKS_AROUND_A_KILL)
+        # Kill the leader behind the door; the door may itself take over.
+        leader.kill9()
+        load.wait_for_acks(ACKS_AROUND_A_KILL)
+    finally:
+        load.finish()
+    judge(load, c)
