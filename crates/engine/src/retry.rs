@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use crate::change::Change;
 use crate::job::JobState;
+use crate::jobs::NewJob;
 use crate::queue::QueueId;
 use crate::{ConnId, Engine, JobId, LeaseClose, Millis};
 
@@ -235,6 +236,37 @@ impl Engine {
         self.attempt_failed(id, failure, now);
         self.serve_waiters(now);
         true
+    }
+
+    /// Puts a durable job straight into queue `job.queue` as a dead letter: buried there,
+    /// with the failures that sent it there. For a front end whose attempts ran outside
+    /// the engine's leases and that retried them itself under the origin queue's policy (a
+    /// jobd launch: the user's row, not an engine job, is the truth about it). It is then
+    /// a dead letter like any other: listed, retried to `history.origin`, or discarded.
+    pub fn put_dead_letter(&mut self, job: NewJob, history: FailureHistory, now: Millis) -> JobId {
+        // Put delayed to the end of time, so no waiter on the queue can take it, then
+        // buried at once: the log holds the put, the bury and the history, in that order.
+        let pri = job.pri;
+        let id = self
+            .put_job(
+                NewJob {
+                    ready_at: Millis::MAX,
+                    durable: true,
+                    ..job
+                },
+                now,
+            )
+            .id;
+        self.leave_state(id);
+        self.jobs.get_mut(&id).expect("job exists").buries += 1;
+        self.enter_buried(id);
+        self.changes.push(Change::Bury { id, pri });
+        self.changes.push(Change::Failures {
+            id,
+            history: Some(Box::new(history.clone())),
+        });
+        self.failures.insert(id, history);
+        id
     }
 
     /// A job's failure history, if it failed under a retry policy.
