@@ -16,6 +16,7 @@ pub mod attempts;
 pub mod budget;
 mod dropped;
 mod durability;
+mod enqueue;
 pub mod history;
 pub mod labelled;
 pub mod lease_latency;

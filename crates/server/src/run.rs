@@ -119,6 +119,7 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     let mut signals = Signals::install();
     let broker = open_broker_or_stop(&settings, &mut signals).await?;
     broker.start();
+    broker.start_enqueue(settings.max_job_size as usize);
     // Flows of the config are declared (logged only when new or changed) before any
     // front end can create jobs in them.
     if !settings.flows.is_empty() {

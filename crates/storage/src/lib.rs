@@ -37,7 +37,9 @@ pub use postgres::{
     DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA,
 };
 #[cfg(feature = "postgres")]
-pub use postgres::{PgError, PgRecovered, PgStore, PgTarget, STEP_DOWN_EXIT};
+pub use postgres::{
+    EnqueueRow, EnqueueSource, PgError, PgRecovered, PgStore, PgTarget, STEP_DOWN_EXIT,
+};
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};
 

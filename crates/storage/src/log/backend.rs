@@ -60,6 +60,21 @@ pub(crate) trait LogBackend: Send + Sync + 'static {
     /// its first byte went, when bodies can be read back from there.
     fn write(&self, w: &mut Self::Writer, data: &[u8]) -> io::Result<Option<BatchStart>>;
 
+    /// [`write`](Self::write) for a batch that holds the puts of rows consumed from the
+    /// backend's transactional-enqueue table (`consumed`: their ids): the rows must be
+    /// removed in the same transaction that makes the batch durable, so a put is logged
+    /// exactly when its row is gone. Only a backend that hands such rows out (PostgreSQL)
+    /// ever gets ids; the others never see this called with any.
+    fn write_consuming(
+        &self,
+        w: &mut Self::Writer,
+        data: &[u8],
+        consumed: &[i64],
+    ) -> io::Result<Option<BatchStart>> {
+        debug_assert!(consumed.is_empty(), "this backend consumes no enqueue rows");
+        self.write(w, data)
+    }
+
     /// Makes everything written so far durable. The log stops the process if this fails
     /// (see `fsync::sync_or_die`), so it is never retried.
     fn sync(&self, w: &mut Self::Writer) -> io::Result<()>;
@@ -105,6 +120,14 @@ pub(crate) trait LogBackend: Send + Sync + 'static {
 
     /// Drops every section and snapshot that snapshot `seq` covers (compaction).
     fn drop_covered(&self, seq: u64) -> io::Result<()>;
+}
+
+/// Rows of a transactional-enqueue table whose puts were appended: their records end at
+/// `ends_at` in the pending buffer, so the part of a batch split at a snapshot's cut that
+/// holds them is the one that removes them (see [`LogBackend::write_consuming`]).
+pub(crate) struct ConsumedRows {
+    pub ends_at: usize,
+    pub ids: Vec<i64>,
 }
 
 /// Where a batch's first byte was written: bodies in it are read back from `file` (a body

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use jobyard_engine::LogRef;
 
-use super::backend::{BatchStart, LogBackend};
+use super::backend::{BatchStart, ConsumedRows, LogBackend};
 use super::options::FsyncMode;
 use super::snapshot::{abandon_snapshot, spawn_snapshot, SnapshotRequest};
-use super::space::{note_space, SPACE_PROBE};
+use super::space::{is_no_space, note_space, SPACE_PROBE};
 use super::state::{PendingBody, Shared, WriterState};
 use super::{fsync, CLOSE_GIVE_UP};
 use crate::bodies::KEEP_PLACES;
@@ -28,17 +28,23 @@ pub(crate) fn write_batch<B: LogBackend>(
     w: &mut WriterState<B::Writer>,
     shutdown: bool,
 ) -> bool {
-    let (upto, snapshot, records) = {
+    let (upto, snapshot, records, consumed) = {
         let mut p = shared.pending.lock().expect("log lock");
         std::mem::swap(&mut p.buf, &mut w.spare);
         std::mem::swap(&mut p.bodies, &mut w.spare_bodies);
         let durable = shared.durable.load(Ordering::Relaxed);
-        (p.appended, p.snapshot.take(), p.appended - durable)
+        let consumed = std::mem::take(&mut p.consumed);
+        (
+            p.appended,
+            p.snapshot.take(),
+            p.appended - durable,
+            consumed,
+        )
     };
     let data = std::mem::take(&mut w.spare);
     shared.stats.wrote(data.len());
     let mut snapshot = snapshot;
-    let written = write_around_cut(shared, w, &data, &mut snapshot);
+    let written = write_around_cut(shared, w, &data, &mut snapshot, &consumed);
     if let Some(req) = snapshot.take() {
         abandon_snapshot(shared, req);
     }
@@ -72,11 +78,15 @@ fn write_around_cut<B: LogBackend>(
     w: &mut WriterState<B::Writer>,
     data: &[u8],
     snapshot: &mut Option<SnapshotRequest>,
+    consumed: &[ConsumedRows],
 ) -> Result<(), GaveUp> {
     let at = snapshot.as_ref().map_or(data.len(), |req| req.at);
     let mut bodies = std::mem::take(&mut w.spare_bodies);
     let mut found = std::mem::take(&mut w.spare_found);
-    let mut written = write_data(shared, w, &data[..at], snapshot);
+    // Enqueue rows go with the part that holds their puts (a consumer's records never
+    // straddle the cut: both are placed under the pending lock).
+    let (before, after) = split_consumed(consumed, at);
+    let mut written = write_data(shared, w, &data[..at], snapshot, &before);
     if let Ok(start) = written {
         locate(shared, &bodies, 0..at, start, 0, &mut found);
     }
@@ -90,7 +100,7 @@ fn write_around_cut<B: LogBackend>(
                 }
             }
         }
-        written = write_data(shared, w, &data[at..], &mut None);
+        written = write_data(shared, w, &data[at..], &mut None, &after);
         if let Ok(start) = written {
             locate(shared, &bodies, at..data.len(), start, at, &mut found);
         }
@@ -105,6 +115,20 @@ fn write_around_cut<B: LogBackend>(
     bodies.clear();
     w.spare_bodies = bodies;
     written.map(|_| ())
+}
+
+/// The ids of enqueue rows whose puts end at or before `at`, and of the others.
+fn split_consumed(consumed: &[ConsumedRows], at: usize) -> (Vec<i64>, Vec<i64>) {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for rows in consumed {
+        let side = if rows.ends_at <= at {
+            &mut before
+        } else {
+            &mut after
+        };
+        side.extend_from_slice(&rows.ids);
+    }
+    (before, after)
 }
 
 /// Whether the batch of `written` bytes just written must be synced before it is
@@ -204,6 +228,7 @@ fn write_data<B: LogBackend>(
     w: &mut WriterState<B::Writer>,
     data: &[u8],
     snapshot: &mut Option<SnapshotRequest>,
+    consumed: &[i64],
 ) -> Result<Option<BatchStart>, GaveUp> {
     if data.is_empty() {
         return Ok(None);
@@ -218,7 +243,12 @@ fn write_data<B: LogBackend>(
     let mut delay = Duration::from_millis(10);
     let mut give_up_at: Option<Instant> = None;
     loop {
-        match shared.backend.write(&mut w.store, data) {
+        let result = if consumed.is_empty() {
+            shared.backend.write(&mut w.store, data)
+        } else {
+            shared.backend.write_consuming(&mut w.store, data, consumed)
+        };
+        match result {
             Ok(start) => {
                 if shared.failing.swap(false, Ordering::AcqRel) {
                     tracing::info!("log writes work again");
@@ -233,6 +263,11 @@ fn write_data<B: LogBackend>(
                 let requested = shared.pending.lock().expect("log lock").snapshot.take();
                 for req in [snapshot.take(), requested].into_iter().flatten() {
                     abandon_snapshot(shared, req);
+                }
+                if is_no_space(&e) && !w.full {
+                    // Out of room (PostgreSQL's disk): refused new jobs stay refused until
+                    // the backend finds room again, not merely until this write goes in.
+                    note_space(shared, w, Some(&e));
                 }
                 if !shared.failing.swap(true, Ordering::AcqRel) {
                     shared.accepting.store(false, Ordering::Relaxed);

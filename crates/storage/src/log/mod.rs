@@ -29,10 +29,14 @@ use crate::segments::SegmentFiles;
 use crate::stats::LogStats;
 use crate::Lsn;
 
+#[cfg(feature = "postgres")]
+use backend::ConsumedRows;
 pub(crate) use backend::{BatchStart, LogBackend};
 pub(crate) use fsync::{fsync_failed, sync_or_die};
 pub use options::{FsyncMode, LogOptions};
 pub use snapshot::SnapshotFeed;
+#[cfg(feature = "postgres")]
+pub(crate) use space::NoRoom;
 pub(crate) use space::{is_no_space, NO_ROOM_MESSAGE};
 use state::{Pending, Shared, WriterState};
 
@@ -152,6 +156,44 @@ impl Log {
             lsn
 
         })
+    }
+
+    /// [`Log::append`] for the puts of rows consumed from PostgreSQL's transactional
+    /// enqueue table (`rows`: their ids): the batch that makes these records durable
+    /// also deletes the rows, in the same PostgreSQL transaction, so each row becomes a
+    /// logged job exactly once. Call it with the engine locked, as `append`. A log in
+    /// files has no such table: the ids are ignored there.
+    #[cfg(feature = "postgres")]
+    pub fn append_consuming(&self, changes: impl Iterator<Item = Change>, rows: Vec<i64>) -> Lsn {
+        match &self.shared {
+            Backed::Files(_) => self.append(changes),
+            Backed::Postgres(shared) => {
+                let mut p = shared.pending.lock().expect("log lock");
+                let was_empty = p.buf.is_empty();
+                for change in changes {
+                    encode_change(&change, &mut p.buf);
+                    p.appended += 1;
+                }
+                if !rows.is_empty() {
+                    let ends_at = p.buf.len();
+                    p.consumed.push(ConsumedRows { ends_at, ids: rows });
+                }
+                // Always mode: the writer thread writes every batch.
+                if was_empty && !p.buf.is_empty() {
+                    shared.wake.notify_one();
+                }
+                p.appended
+            }
+        }
+    }
+
+    /// The PostgreSQL backend, when the log is kept there.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(&self) -> Option<&PgLog> {
+        match &self.shared {
+            Backed::Files(_) => None,
+            Backed::Postgres(shared) => Some(&shared.backend),
+        }
     }
 
     /// Makes everything up to `lsn` durable on the calling thread when the fsync mode only

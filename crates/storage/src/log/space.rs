@@ -17,9 +17,32 @@ pub(crate) const NO_ROOM_MESSAGE: &str = "the disk has no room for a new log seg
     jobs are refused (OUT_OF_MEMORY / Gearman ERROR) until it has; deletes and other \
     changes of stored jobs go on in the space kept in reserve";
 
-/// Whether an error means the file system is out of space (or of quota).
+/// Whether an error means the file system is out of space (or of quota), or the backend
+/// said it has no room ([`NoRoom`]: PostgreSQL's disk is full).
 pub(crate) fn is_no_space(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.get_ref().is_some_and(|inner| inner.is::<NoRoom>())
+}
+
+/// A backend whose storage is not a local file system (PostgreSQL) is out of room: its
+/// message says what is full, and is logged as it is instead of [`NO_ROOM_MESSAGE`].
+#[derive(Debug)]
+pub(crate) struct NoRoom(pub String);
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+#[cfg(feature = "postgres")]
+impl NoRoom {
+    /// As an I/O error the log's space machinery recognizes ([`is_no_space`]).
+    pub(crate) fn into_io(self) -> io::Error {
+        io::Error::other(self)
+    }
 }
 
 /// Records whether the backend has room for new jobs (`problem` is why not), logging
@@ -32,6 +55,9 @@ pub(crate) fn note_space<B: LogBackend>(
     let full = problem.is_some();
     if full != w.full {
         match problem {
+            Some(e) if e.get_ref().is_some_and(|inner| inner.is::<NoRoom>()) => {
+                tracing::warn!("{e}")
+            }
             Some(e) if is_no_space(e) => tracing::warn!("{NO_ROOM_MESSAGE} ({e})"),
             Some(e) => tracing::error!(
                 "cannot make a new log segment: {e}; new jobs are refused until it can be made"

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use jobyard_engine::{JobId, LogRef};
 
-use super::backend::LogBackend;
+use super::backend::{ConsumedRows, LogBackend};
 use super::options::LogOptions;
 use super::snapshot::SnapshotRequest;
 use crate::stats::LogStats;
@@ -26,6 +26,8 @@ pub(crate) struct Pending {
     pub dozing: bool,
     /// `never` mode: enough was written since the last writeback to start the next now.
     pub writeback_due: bool,
+    /// Enqueue rows whose puts are in `buf` (PostgreSQL only; empty otherwise).
+    pub consumed: Vec<ConsumedRows>,
 }
 
 /// A body in the pending buffer: (job, offset in the buffer, length).

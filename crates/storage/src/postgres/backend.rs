@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jobyard_engine::Change;
@@ -45,6 +45,12 @@ pub(crate) struct PgLog {
     /// The connection that completed the last snapshot, reused to drop what it covers.
     snapshot_conn: Mutex<Option<(Conn, u64)>>,
     insert_batch: String,
+    /// [`Self::insert_batch`] that also deletes the enqueue rows whose puts the batch
+    /// holds, in the same statement (so the same transaction, under the same fence).
+    insert_consuming: String,
+    /// The last write found PostgreSQL out of room (its disk full): new jobs are refused
+    /// until a write goes in again.
+    out_of_room: AtomicBool,
 }
 
 /// The writer's side, used only under the log's writer lock.
@@ -86,6 +92,7 @@ impl PgLog {
                  SELECT $1, $2, $3, epoch FROM fence
              ON CONFLICT (pos) DO NOTHING"
         );
+        let insert_consuming = insert_consuming_sql(schema);
         let (leadership, keeper) = lease;
         let log = PgLog {
             options: options.clone(),
@@ -97,6 +104,8 @@ impl PgLog {
             snapshot_bytes: AtomicU64::new(end.snapshot_bytes),
             snapshot_conn: Mutex::new(None),
             insert_batch,
+            insert_consuming,
+            out_of_room: AtomicBool::new(false),
             target,
         };
         let writer = PgWriter {
@@ -117,6 +126,11 @@ impl PgLog {
             + self.snapshot_bytes.load(Ordering::Relaxed)
     }
 
+    /// Where the log lives (also the enqueue table's schema).
+    pub fn target(&self) -> &PgTarget {
+        &self.target
+    }
+
     /// This node's leadership (epoch, hand-out deadline, live nodes).
     pub fn leadership(&self) -> &Arc<Leadership> {
         &self.leadership
@@ -132,23 +146,40 @@ impl PgLog {
         Ok(w.conn.as_mut().expect("connected"))
     }
 
-    /// Inserts one batch at the writer's position (nothing if a retry finds it there).
+    /// Inserts one batch at the writer's position (nothing if a retry finds it there),
+    /// deleting the enqueue rows `consumed` whose puts it holds in the same statement.
     /// Steps down, never returning, when the epoch is no longer current.
-    fn insert(&self, w: &mut PgWriter, data: &[u8]) -> Result<(), PgError> {
+    fn insert(&self, w: &mut PgWriter, data: &[u8], consumed: &[i64]) -> Result<(), PgError> {
         let (pos, section) = (w.pos as i64, w.section as i64);
         let epoch = self.leadership.epoch();
         let conn = self.connected(w)?;
         let (runtime, link) = conn.parts();
-        let done = runtime.block_on(
-            sqlx::query(&self.insert_batch)
-                .bind(pos)
-                .bind(section)
-                .bind(data)
-                .bind(epoch as i64)
-                .execute(&mut *link),
-        );
+        let done = if consumed.is_empty() {
+            runtime
+                .block_on(
+                    sqlx::query(&self.insert_batch)
+                        .bind(pos)
+                        .bind(section)
+                        .bind(data)
+                        .bind(epoch as i64)
+                        .execute(&mut *link),
+                )
+                .map(|done| done.rows_affected())
+        } else {
+            runtime
+                .block_on(
+                    sqlx::query_scalar::<_, i64>(&self.insert_consuming)
+                        .bind(pos)
+                        .bind(section)
+                        .bind(data)
+                        .bind(epoch as i64)
+                        .bind(consumed)
+                        .fetch_one(&mut *link),
+                )
+                .map(|inserted| inserted as u64)
+        };
         match done {
-            Ok(done) if done.rows_affected() == 1 => Ok(()),
+            Ok(1) => Ok(()),
             // Nothing inserted: a retry found its batch there, or the epoch is gone.
             Ok(_) => self.check_epoch(conn),
             Err(e) => {
@@ -160,6 +191,27 @@ impl PgLog {
                 Err(err)
             }
         }
+    }
+
+    /// [`PgLog::insert`] and what follows it for the log: the writer's position, and
+    /// whether PostgreSQL has room.
+    fn write_batch(
+        &self,
+        w: &mut PgWriter,
+        data: &[u8],
+        consumed: &[i64],
+    ) -> io::Result<Option<BatchStart>> {
+        if let Err(e) = self.insert(w, data, consumed) {
+            if e.is_no_room() {
+                self.out_of_room.store(true, Ordering::Relaxed);
+            }
+            return Err(e.into_io());
+        }
+        self.out_of_room.store(false, Ordering::Relaxed);
+        w.pos += data.len() as u64;
+        w.section_bytes += data.len() as u64;
+        self.current_bytes.store(w.section_bytes, Ordering::Relaxed);
+        Ok(None)
     }
 
     /// After an insert that wrote nothing: fine while the epoch is current (the batch was
@@ -192,6 +244,28 @@ impl PgLog {
     }
 }
 
+/// The batch's fenced insert that also deletes the enqueue rows `$5` whose puts it holds:
+/// one statement, so one transaction (PostgreSQL runs a data-modifying `WITH` whether or
+/// not the query reads it); the delete runs only under the fence, and a retry of a batch
+/// already committed finds its rows gone (deleting nothing). Returns how many log
+/// rows it inserted (0 or 1), as the plain insert's row count.
+fn insert_consuming_sql(schema: &str) -> String {
+    format!(
+        "WITH fence AS (
+             SELECT epoch FROM {schema}.leader WHERE id = 1 AND epoch = $4 FOR SHARE),
+         inserted AS (
+             INSERT INTO {schema}.log (pos, section, records, epoch)
+                 SELECT $1, $2, $3, epoch FROM fence
+             ON CONFLICT (pos) DO NOTHING
+             RETURNING 1),
+         consumed AS (
+             DELETE FROM {schema}.enqueue
+             WHERE id = ANY($5::bigint[]) AND EXISTS (SELECT 1 FROM fence)
+             RETURNING 1)
+         SELECT count(*) FROM inserted"
+    )
+}
+
 /// Deletes what snapshot `seq` covers: older batches, snapshots and their chunks; with
 /// `fence`, only while that epoch leads (the first statement locks the lease row until
 /// the transaction the statements run in ends).
@@ -215,16 +289,28 @@ impl LogBackend for PgLog {
     type Snapshot = PgSnapshot;
 
     fn make_room(&self, _w: &mut PgWriter, _more: u64) -> io::Result<()> {
-        // PostgreSQL's own disk: a full one fails the INSERT, which the log retries.
+        // PostgreSQL's own disk: a full one fails the INSERT (SQLSTATE 53100), which the
+        // log retries; until one goes in again there is no room for new jobs.
+        if self.out_of_room.load(Ordering::Relaxed) {
+            return Err(crate::log::NoRoom(
+                "PostgreSQL's disk is still full: new jobs stay refused".into(),
+            )
+            .into_io());
+        }
         Ok(())
     }
 
     fn write(&self, w: &mut PgWriter, data: &[u8]) -> io::Result<Option<BatchStart>> {
-        self.insert(w, data).map_err(PgError::into_io)?;
-        w.pos += data.len() as u64;
-        w.section_bytes += data.len() as u64;
-        self.current_bytes.store(w.section_bytes, Ordering::Relaxed);
-        Ok(None)
+        self.write_batch(w, data, &[])
+    }
+
+    fn write_consuming(
+        &self,
+        w: &mut PgWriter,
+        data: &[u8],
+        consumed: &[i64],
+    ) -> io::Result<Option<BatchStart>> {
+        self.write_batch(w, data, consumed)
     }
 
     fn sync(&self, _w: &mut PgWriter) -> io::Result<()> {

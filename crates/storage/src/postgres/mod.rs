@@ -21,6 +21,8 @@ mod backend;
 #[cfg(feature = "postgres")]
 mod conn;
 #[cfg(feature = "postgres")]
+mod enqueue;
+#[cfg(feature = "postgres")]
 mod error;
 #[cfg(feature = "postgres")]
 mod keeper;
@@ -39,6 +41,8 @@ mod target;
 
 #[cfg(feature = "postgres")]
 pub(crate) use backend::PgLog;
+#[cfg(feature = "postgres")]
+pub use enqueue::{EnqueueRow, EnqueueSource};
 #[cfg(feature = "postgres")]
 pub use error::PgError;
 #[cfg(feature = "postgres")]
