@@ -86,6 +86,7 @@ class Ledger:
         self.unanswered_ends: Set[bytes] = set()
         self.taken: Counter = Counter()
         self.resurrected: Set[bytes] = set()
+        self.steps_left: Set[tuple] = set()
         self.errors: List[str] = []
 
     def put_acked(self, body: bytes) -> None:
@@ -109,6 +110,17 @@ class Ledger:
     def end_acked(self, body: bytes) -> None:
         with self.lock:
             self.acked_ends.add(body)
+
+    def step_acked(self, body: bytes, step: str) -> None:
+        """A job acknowledged to have left `step` (a flow stage other than its last)."""
+        with self.lock:
+            self.steps_left.add((body, step))
+
+    def step_taken(self, body: bytes, step: str) -> None:
+        """A job handed out at `step`: resurrected if it was acknowledged to have left it."""
+        with self.lock:
+            if (body, step) in self.steps_left:
+                self.resurrected.add(body)
 
     def end_unanswered(self, body: bytes) -> None:
         with self.lock:
@@ -403,6 +415,138 @@ class HttpWorker(Client):
                         pass
 
 
+# -- HTTP flows ------------------------------------------------------------------------------
+
+FLOW = "soak-flow"
+FLOW_STAGES = ("soak-first", "soak-last")
+
+
+def declare_flow(base: str) -> None:
+    """The two-stage flow the flow clients use; each job's `tag` (its unique body) is handed
+    to the workers with every lease."""
+    stages = [{"name": FLOW_STAGES[0], "next": FLOW_STAGES[1], "attributesToGet": ["tag"],
+               "maxRetries": 1000},
+              {"name": FLOW_STAGES[1], "attributesToGet": ["tag"], "maxRetries": 1000}]
+    r = requests.post(f"{base}/v1/flows", json={"name": FLOW, "stages": stages}, timeout=30)
+    assert r.status_code in (200, 201), r.text
+
+
+class FlowCreator(Client):
+    """Creates jobs of the flow (`POST /v1/flows/{flow}/jobs`); 201 acknowledges each. The
+    queue argument is unused: flow jobs live in the stage queues."""
+
+    def __init__(self, name, ledger, addresses, stop, queue: str = FLOW):
+        super().__init__(name, ledger, addresses, stop)
+
+    def session(self, base) -> None:
+        with requests.Session() as s:
+            while not self.stop.is_set():
+                body = self.body()
+                try:
+                    r = s.post(f"{base}/v1/flows/{FLOW}/jobs",
+                               json={"params": {"tag": body.decode()}}, timeout=REPLY_TIMEOUT)
+                except requests.RequestException:
+                    self.ledger.put_unanswered(body)
+                    raise
+                if r.status_code == 201:
+                    self.ledger.put_acked(body)
+                else:
+                    self.ledger.put_refused(body, f"{r.status_code} {r.text}")
+                    time.sleep(RECONNECT_PAUSE)
+
+
+class FlowWorker(Client):
+    """Leases the flow's jobs at one stage and completes them. A job handed out at a stage
+    it was acknowledged to have left counts as resurrected; the last stage's complete is
+    the job's end."""
+
+    def __init__(self, name, ledger, addresses, stop, queue: str = FLOW_STAGES[0]):
+        super().__init__(name, ledger, addresses, stop)
+        self.stage = queue
+        self.last = queue == FLOW_STAGES[-1]
+
+    def session(self, base) -> None:
+        worker = None
+        with requests.Session() as s:
+            try:
+                while not self.stop.is_set():
+                    ask = {"wait_ms": 500}
+                    if worker:
+                        ask["worker"] = worker
+                    r = s.post(f"{base}/v1/stages/{self.stage}/lease", json=ask,
+                               timeout=REPLY_TIMEOUT)
+                    if r.status_code != 200:
+                        raise ConnectionError(f"lease: {r.status_code} {r.text}")
+                    reply = r.json()
+                    worker, job = reply["worker"], reply["job"]
+                    if job is None:
+                        continue
+                    tag = job["input"]["tag"].encode()
+                    self.took(tag)
+                    try:
+                        r = s.post(f"{base}/v1/flow-jobs/{job['id']}/complete",
+                                   json={"worker": worker, "token": job["token"],
+                                         "result": {self.stage: True}},
+                                   timeout=REPLY_TIMEOUT)
+                    except requests.RequestException:
+                        self.ended(tag, acked=False)
+                        raise
+                    if r.status_code != 200:
+                        self.ended(tag, acked=False)
+                        raise ConnectionError(f"complete: {r.status_code} {r.text}")
+                    self.ended(tag, acked=True)
+            finally:
+                if worker:
+                    try:
+                        s.delete(f"{base}/v1/workers/{worker}", timeout=5)
+                    except requests.RequestException:
+                        pass
+
+    def took(self, tag: bytes) -> None:
+        if self.last:
+            self.ledger.took(tag)
+        else:
+            self.ledger.step_taken(tag, self.stage)
+
+    def ended(self, tag: bytes, acked: bool) -> None:
+        if self.last:
+            (self.ledger.end_acked if acked else self.ledger.end_unanswered)(tag)
+        elif acked:
+            self.ledger.step_acked(tag, self.stage)
+
+
+def drain_flow(base: str, timeout: float = 60.0) -> Counter:
+    """Takes every job of the flow still in a stage through the stages to its end; returns
+    their tags (tag -> 1). Waits for leases still held (by sessions that ended with a node
+    are gone with it) to come back first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = requests.get(f"{base}/v1/flows/{FLOW}", timeout=REPLY_TIMEOUT)
+        assert r.status_code == 200, r.text
+        leased = sum(st["leased"] for st in r.json()["stages"])
+        if leased == 0:
+            break
+        assert time.monotonic() < deadline, f"{leased} flow jobs still leased"
+        time.sleep(0.2)
+    left: Counter = Counter()
+    ask: dict = {"wait_ms": 0}
+    with requests.Session() as s:
+        for stage in FLOW_STAGES:
+            while True:
+                r = s.post(f"{base}/v1/stages/{stage}/lease", json=ask, timeout=REPLY_TIMEOUT)
+                assert r.status_code == 200, r.text
+                reply = r.json()
+                ask["worker"] = reply["worker"]
+                job = reply["job"]
+                if job is None:
+                    break
+                left[job["input"]["tag"].encode()] = 1
+                r = s.post(f"{base}/v1/flow-jobs/{job['id']}/complete", timeout=REPLY_TIMEOUT,
+                           json={"worker": reply["worker"], "token": job["token"]})
+                assert r.status_code == 200, r.text
+    return left
+
+
 # -- running and judging --------------------------------------------------------------------
 
 
@@ -434,6 +578,10 @@ class Load:
             if c.is_alive():
                 stuck.append(c.name)
         assert not stuck, f"clients stuck after the load stopped: {stuck}"
+
+    def summary(self) -> str:
+        """Each client's count of bodies made and of reconnections."""
+        return ", ".join(f"{c.name}: {c.n} made, {c.reconnects} reconnects" for c in self.clients)
 
     def wait_for_acks(self, more: int, timeout: float = 30.0) -> None:
         """Waits until `more` further puts were acknowledged (progress through a failover)."""

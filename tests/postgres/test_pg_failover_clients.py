@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from failover_testlib import (BeanstalkConsumer, BeanstalkProducer, GearmanSubmitter,
-                              GearmanWorker, HttpProducer, HttpWorker, Load, drain)
+from failover_testlib import (FLOW, FLOW_STAGES, BeanstalkConsumer, BeanstalkProducer,
+                              FlowCreator, FlowWorker, GearmanSubmitter, GearmanWorker,
+                              HttpProducer, HttpWorker, Load, declare_flow, drain, drain_flow)
 from pg_testlib import Cluster
 
 pytest.importorskip("gearman")
@@ -44,12 +45,16 @@ def cluster(jobyard_bin, pg_url, tmp_path):
         print(c.logs())
 
 
-def judge(load: Load, cluster: Cluster) -> None:
+def judge(load: Load, cluster: Cluster, flows: bool = False) -> None:
     """Drains what is left from the leader and asserts the ledger's verdict."""
     leader = cluster.leader()
-    left = drain(leader.beanstalk_address, sorted(load.queues))
+    queues = sorted(q for q in load.queues if q != FLOW and q not in FLOW_STAGES)
+    left = drain(leader.beanstalk_address, queues)
+    if flows:
+        left.update(drain_flow(leader.http_base))
     verdict = load.ledger.verdict(left)
-    print(f"failovers (s): {[round(t, 2) for t in cluster.failovers]}; {verdict.line()}")
+    print(f"failovers (s): {[round(t, 2) for t in cluster.failovers]}; {verdict.line()}\n"
+          f"clients: {load.summary()}")
     assert verdict.ok, verdict.details()
     assert verdict.acked_puts > 0
 
@@ -107,10 +112,14 @@ def test_a_kill9_loop_under_mixed_load(cluster):
     load.add(GearmanWorker, "gw", c.gearman_addresses(), "mix-g")
     load.add(HttpProducer, "hp", c.http_bases(), "mix-h")
     load.add(HttpWorker, "hw", c.http_bases(), "mix-h")
+    declare_flow(c.leader().http_base)
+    load.add(FlowCreator, "fc", c.http_bases(), FLOW)
+    for stage in FLOW_STAGES:
+        load.add(FlowWorker, f"fw-{stage}", c.http_bases(), stage)
     run_through_kills(c, load, kills=3)
     restarted = sum(n.restarts() for n in c.nodes)
     assert restarted >= 3, f"the supervisor restarted {restarted} nodes, expected the 3 killed"
-    judge(load, c)
+    judge(load, c, flows=True)
 
 
 def standby_forwards(c: Cluster) -> bool:
