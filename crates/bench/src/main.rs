@@ -13,6 +13,7 @@ mod flow_hops;
 mod flows;
 mod gearman;
 mod hist;
+mod pg_insert;
 mod procfs;
 mod ready;
 mod run;
@@ -50,6 +51,9 @@ enum Cmd {
     WaitReady(WaitArgs),
     /// Flow workloads through the Rust client (the server's HTTP listener).
     Flows(flows::FlowArgs),
+    /// Single-row INSERTs, each committed, from one client at a fixed rate into a
+    /// PostgreSQL: the floor a durable put on PostgreSQL storage is measured against.
+    PgInsert(pg_insert::PgInsertArgs),
     /// Run the floor: a one-thread epoll responder with just enough of the beanstalkd
     /// protocol for the workloads and no other work, to measure servers against.
     Floor {
@@ -243,6 +247,7 @@ fn main() {
         }
         Cmd::WaitReady(w) => wait_ready(w),
         Cmd::Flows(args) => runtime(2).block_on(flows::run(args)),
+        Cmd::PgInsert(args) => runtime(1).block_on(pg_insert::run(args)),
         Cmd::Floor {
             listen,
             tokio,
