@@ -250,6 +250,9 @@ class SupervisedNode:
         import threading
 
         self._lock = threading.Lock()
+        # Cleared while a killed node is held down (a lost machine); set lets it restart.
+        self._may_restart = threading.Event()
+        self._may_restart.set()
 
     # -- addresses -----------------------------------------------------------------------
 
@@ -305,6 +308,9 @@ class SupervisedNode:
                 return
             self._note(f"supervisor: exit {code}; restarting")
             time.sleep(RESTART_DELAY)
+            while not self._may_restart.wait(0.1):
+                if self._stopping:
+                    return
             if self._stopping:
                 return
             self._spawn()
@@ -317,11 +323,18 @@ class SupervisedNode:
         with self._lock:
             return self.proc is not None and self.proc.poll() is None
 
-    def kill9(self) -> None:
-        """SIGKILL the current process; the supervisor starts it again."""
+    def kill9(self, hold: bool = False) -> None:
+        """SIGKILL the current process; the supervisor starts it again, at once or (`hold`)
+        once `release()` is called: a machine lost for a while rather than a crash."""
+        if hold:
+            self._may_restart.clear()
         with self._lock:
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGKILL)
+
+    def release(self) -> None:
+        """Lets a node killed with `hold` restart."""
+        self._may_restart.set()
 
     def pid(self) -> Optional[int]:
         with self._lock:
@@ -333,6 +346,7 @@ class SupervisedNode:
     def stop(self) -> None:
         """A clean stop (SIGTERM, SIGKILL after 20 s), not restarted."""
         self._stopping = True
+        self._may_restart.set()
         with self._lock:
             proc = self.proc
         if proc is not None and proc.poll() is None:
@@ -402,13 +416,19 @@ class Cluster:
                 raise AssertionError(f"no node leads after {timeout} s:\n{tails}")
             time.sleep(0.05)
 
-    def kill_leader(self, timeout: float = 30.0) -> SupervisedNode:
-        """kill -9 of the leader; returns the node that then leads (after its answer)."""
+    def kill_leader(self, timeout: float = 30.0, hold: bool = True) -> SupervisedNode:
+        """kill -9 of the leader; returns the node that then leads (once it answers).
+        With `hold` (a lost machine) the killed node restarts only after another node
+        leads, so a standby takes over; without it (a crash) it restarts at once, and may
+        itself lead again."""
         old = self.leader(timeout)
         pid = old.pid()
-        old.kill9()
+        old.kill9(hold=hold)
         killed = time.monotonic()
-        new = self.leader(timeout, not_pid=pid)
+        try:
+            new = self.leader(timeout, not_pid=pid)
+        finally:
+            old.release()
         self.failovers.append(time.monotonic() - killed)
         return new
 

@@ -60,11 +60,13 @@ def judge(load: Load, cluster: Cluster, flows: bool = False) -> None:
 
 
 def run_through_kills(cluster: Cluster, load: Load, kills: int) -> None:
+    """Kills the leader `kills` times under the load: the first is a lost machine (the node
+    stays down until a standby leads), then a crash (restarted at once), and so on."""
     load.start()
     try:
         load.wait_for_acks(ACKS_AROUND_A_KILL)
-        for _ in range(kills):
-            cluster.kill_leader()
+        for k in range(kills):
+            cluster.kill_leader(hold=k % 2 == 0)
             load.wait_for_acks(ACKS_AROUND_A_KILL)
     finally:
         load.finish()
