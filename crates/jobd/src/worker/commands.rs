@@ -134,7 +134,7 @@ impl Worker {
                 .collect(),
             _ => Vec::new(),
         };
-        let st = self.inner.state.lock().unwrap();
+        let mut st = self.inner.state.lock().unwrap();
         let mut out = Map::new();
         for (key, sig) in entries {
             let signal = match &sig {
@@ -142,14 +142,15 @@ impl Worker {
                 Value::String(s) => launch::signal_number(s),
                 _ => None,
             };
-            let pgid = key
-                .parse::<u64>()
-                .ok()
-                .and_then(|id| st.running.get(&id).copied());
+            let id = key.parse::<u64>().ok();
+            let pgid = id.and_then(|id| st.running.get(&id).copied());
             let delivered = match (pgid, signal) {
                 (Some(pg), Some(sig)) => launch::signal_group(pg, sig),
                 _ => false,
             };
+            if let (true, Some(id)) = (delivered, id) {
+                st.signalled.insert(id);
+            }
             out.insert(key, Value::Bool(delivered));
         }
         Value::Object(out)

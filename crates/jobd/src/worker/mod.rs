@@ -4,7 +4,8 @@
 //!
 //! By concept: [`accept`] starts a daemon and accepts its connections; `commands` and
 //! `manual` answer requests; `fetch` takes rows for free slots, `runner` runs them and
-//! `ends` stores how they ended; `registration` keeps the master informed; `shutdown`
+//! `ends` stores how they ended, `retries` decides a failed launch under the target's
+//! retry policy; `registration` keeps the master informed; `shutdown`
 //! stops it gracefully. [`scheduler`] keeps the targets as queues of jobyard's engine
 //! ([`targets`] is what it reports); [`front_end`] runs a worker inside `jobyard serve`.
 //! The speed-ups that keep MariaDB's work per job low are [`batching`] (a busy target's
@@ -21,13 +22,14 @@ pub mod front_end;
 mod manual;
 pub mod metrics;
 mod registration;
+mod retries;
 mod runner;
 pub mod scheduler;
 mod shutdown;
 pub mod targets;
 pub mod timing;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +65,9 @@ struct State {
     waiters: HashMap<u64, Waiter>,
     /// Process group of each running job.
     running: HashMap<u64, i32>,
+    /// Running jobs an operator sent a signal (`send-signal`): an end by that signal is
+    /// what the operator asked for, not a failed attempt to retry.
+    signalled: HashSet<u64>,
     /// Fetched rows already marked `running` in the table (they need no second write),
     /// with the fetch that took them (for the debug timing of each job).
     premarked: BTreeMap<u64, Fetched>,
@@ -122,6 +127,7 @@ impl Worker {
                     retry_pause: Duration::from_millis(200),
                     waiters: HashMap::new(),
                     running: HashMap::new(),
+                    signalled: HashSet::new(),
                     premarked: BTreeMap::new(),
                     target_metrics,
                     carry: Carry::default(),

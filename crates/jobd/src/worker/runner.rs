@@ -1,5 +1,6 @@
 //! Running jobs: each job the scheduler lets start gets a task that marks its row
-//! `running` (unless its fetch already did), launches it, and stores its end.
+//! `running` (unless its fetch already did), launches it (again after a failed attempt,
+//! under its target's retry policy), and stores its end.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,6 +8,8 @@ use std::time::Duration;
 use jobyard_broker::{LabelledRow, ProtocolMetrics};
 
 use super::metrics;
+use super::retries::{Attempts, Next};
+use super::scheduler::EngineScheduler;
 use super::targets::Start;
 use super::timing::JobClock;
 use super::Worker;
@@ -48,7 +51,7 @@ impl Worker {
             .get(&start.target)
             .cloned();
         let outcome = match marked {
-            Some(true) => Ok(self.launch(&start, figures.as_deref(), &mut clock).await),
+            Some(true) => Ok(self.attempts(&start, figures.as_deref(), &mut clock).await),
             Some(false) => Err(format!("job {id} not found")),
             None => Err("worker is shutting down".to_string()),
         };
@@ -97,6 +100,75 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Launches the job, and again after each failed attempt while its target's retry
+    /// policy allows ([`retries`]); the last launch's end is the row's. After the last
+    /// failed attempt under a policy with a dead-letter queue, the dead letter is in the
+    /// log before this returns (so before the row is written failed).
+    async fn attempts(
+        &self,
+        start: &Start,
+        figures: Option<&LabelledRow>,
+        clock: &mut JobClock,
+    ) -> Outcome {
+        let mut attempts = Attempts::new(&start.target);
+        loop {
+            let outcome = self.launch(start, figures, clock).await;
+            let (policy, holder, signalled) = {
+                let mut st = self.inner.state.lock().unwrap();
+                let signalled = st.signalled.remove(&start.id);
+                (
+                    st.sched.retry_policy(&start.target),
+                    st.sched.session(),
+                    signalled,
+                )
+            };
+            let counts = !signalled && !self.inner.shutting_down.load(Ordering::SeqCst);
+            let policy = policy.filter(|_| counts);
+            let next = attempts.after(
+                &outcome,
+                policy.as_ref(),
+                start.job,
+                holder,
+                &self.inner.name,
+            );
+            match next {
+                Next::Store => return outcome,
+                Next::Retry(pause) => {
+                    tracing::info!(id = start.id, target = %start.target, ?pause,
+                        "jobd: the launch failed; launching it again after the backoff");
+                    if !self.backoff(pause).await {
+                        return outcome;
+                    }
+                }
+                Next::GiveUp(dead_letter) => {
+                    if let Some(queue) = dead_letter {
+                        let broker = self.inner.state.lock().unwrap().sched.broker().clone();
+                        let history = attempts.into_history();
+                        let job =
+                            EngineScheduler::put_dead_letter(broker, start, &queue, history).await;
+                        tracing::info!(id = start.id, target = %start.target, dead_letter = job,
+                            "jobd: the last attempt failed; a dead letter keeps its failures");
+                    }
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// Waits out a retry's backoff; false if the worker began shutting down meanwhile
+    /// (the row is then written with the last launch's end).
+    async fn backoff(&self, pause: Duration) -> bool {
+        let until = tokio::time::Instant::now() + pause;
+        while tokio::time::Instant::now() < until {
+            if self.inner.shutting_down.load(Ordering::SeqCst) {
+                return false;
+            }
+            let step = until - tokio::time::Instant::now();
+            tokio::time::sleep(step.min(Duration::from_millis(100))).await;
+        }
+        !self.inner.shutting_down.load(Ordering::SeqCst)
     }
 
     /// Starts the job's launcher and waits for its end (a launcher that cannot start is

@@ -19,7 +19,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use jobyard_broker::{Broker, Mailbox, ProcessInfo, Txn};
-use jobyard_engine::{ConnId, EndStatus, JobEnd, JobId, Lease, Millis, NewJob, QueueId, WaitMode};
+use jobyard_engine::{
+    ConnId, EndStatus, FailureHistory, JobEnd, JobId, Lease, Millis, NewJob, QueueId, RetryPolicy,
+    WaitMode,
+};
 
 use super::targets::{in_status_order, Start, TargetState};
 use crate::launch::Outcome;
@@ -405,6 +408,45 @@ impl EngineScheduler {
         if let Some(t) = self.get_mut(&start.target) {
             t.running = t.running.saturating_sub(1);
         }
+    }
+
+    /// The retry policy of the target's queue, if it has one (read at each failure, so a
+    /// policy changed meanwhile decides the next one).
+    pub fn retry_policy(&self, target: &str) -> Option<RetryPolicy> {
+        let q = self.get(target)?.queue;
+        self.broker.lock().queue(q).policy().retry
+    }
+
+    /// The worker's engine session: the holder its failures name.
+    pub fn session(&self) -> ConnId {
+        self.conn
+    }
+
+    /// After a started job's last failed attempt under a policy with a dead-letter queue:
+    /// a durable dead letter in `queue` (body: the row id, as the worker's own jobs have),
+    /// with the failures, for an operator to see and discard (the row itself is written
+    /// failed, as without a policy, once the log holds the dead letter). An associated
+    /// function: the worker awaits the log without holding its state's lock.
+    pub async fn put_dead_letter(
+        broker: Arc<Broker>,
+        start: &Start,
+        queue: &[u8],
+        history: FailureHistory,
+    ) -> JobId {
+        let (id, lsn) = {
+            let mut txn = broker.lock();
+            let q = txn.queue_id_or_create(queue);
+            let job = NewJob {
+                queue: q,
+                body: Bytes::from(start.id.to_string()),
+                ttr: 60,
+                ..NewJob::default()
+            };
+            let id = txn.put_dead_letter(job, history, Broker::now());
+            (id, txn.commit())
+        };
+        broker.wait_durable(lsn).await;
+        id
     }
 
     /// Removes every queued (not started) job, for shutdown.
