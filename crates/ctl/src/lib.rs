@@ -2,13 +2,15 @@
 //! (`/admin/api/`, the same the dashboard uses): every queue whatever protocol fills it,
 //! a queue's jobs page by page, and the actions (kick, delete, bury, pause, resume, drain);
 //! a queue's policy (lease limit, rate limit, pause) over the HTTP API's policy route; and
-//! periodic jobs' schedules over its schedule routes (`schedules.rs`).
+//! periodic jobs' schedules over its schedule routes (`schedules.rs`); the nodes sharing
+//! the server's storage (`cluster.rs`).
 //!
 //! Tables are aligned for a terminal; `--json` prints the API's JSON for scripts. Exit
 //! codes: 0 done, 1 the server refused (not found, wrong state), 2 usage or connection
 //! errors, 3 access denied (no token, an unknown one, or a read-only one asked to act).
 
 mod client;
+mod cluster;
 mod dead_letters;
 mod schedules;
 mod table;
@@ -78,6 +80,8 @@ pub enum CtlCommand {
     Resume { queue: String },
     /// Refuse new jobs on every protocol until restart (as SIGUSR1).
     Drain,
+    /// The nodes sharing the server's storage: roles, the leader, the epoch, the lag.
+    Cluster,
     /// A queue's dead letters: list, retry or discard them.
     DeadLetters {
         #[command(subcommand)]
@@ -247,6 +251,7 @@ fn execute(client: &Client, args: &CtlArgs) -> Result<(), Failure> {
             table::done,
         ),
         Drain => (client.call("POST", "/drain")?, table::done),
+        Cluster => cluster::execute(client)?,
         Schedules { action } => schedules::execute(client, action)?,
         DeadLetters { action } => dead_letters::execute(client, action)?,
         Policy { queue, change } => {
