@@ -7,8 +7,11 @@ use serde_json::Value;
 use crate::client::{Client, Failure};
 use crate::table::render;
 
+/// How an answer is shown in a terminal.
+type Shown = fn(&Value) -> String;
+
 /// Calls `GET /v1/cluster`; gives its answer and how to show it.
-pub fn execute(client: &Client) -> Result<(Value, fn(&Value) -> String), Failure> {
+pub fn execute(client: &Client) -> Result<(Value, Shown), Failure> {
     Ok((client.call_api("GET", "/cluster", None)?, table))
 }
 
