@@ -92,6 +92,9 @@ def main() -> int:
         left = drain(leader.beanstalk_address, queues)
         left.update(drain_flow(leader.http_base))
         verdict = load.ledger.verdict(left)
+        snapshots = pg.sql("SELECT count(*), coalesce(max(section), 0) FROM jobyard.snapshots",
+                           db=db)[0]
+        rows = pg.sql("SELECT count(*) FROM jobyard.log", db=db)[0][0]
     except BaseException:
         if load is not None:
             load.stop.set()
@@ -107,7 +110,8 @@ def main() -> int:
     print(f"failover (kill -9 -> the next leader answers /v1/cluster), {len(f)} kills: "
           f"min {min(f):.2f} s, median {statistics.median(f):.2f} s, "
           f"p99 {percentile(f, 99):.2f} s, max {max(f):.2f} s" if f else "no kills")
-    print(f"soak took {took:.0f} s")
+    print(f"soak took {took:.0f} s; at the end: {snapshots[0]} snapshot(s) (newest section "
+          f"{snapshots[1]}), {rows} log rows")
     print(verdict.details() if not verdict.ok else verdict.line())
     if not args.keep and verdict.ok:
         for p in logs.iterdir():
