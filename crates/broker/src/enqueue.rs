@@ -106,7 +106,13 @@ mod consumer {
                     Ok(Round::More) => Ok(true),
                     Ok(Round::Idle) => source.wait(FALLBACK_CHECK),
                     Ok(Round::Held) => {
-                        std::thread::sleep(NO_ROOM_RETRY);
+                        // Room may come back any moment; a drain ends only with a restart.
+                        let pause = if broker.draining() {
+                            FALLBACK_CHECK
+                        } else {
+                            NO_ROOM_RETRY
+                        };
+                        std::thread::sleep(pause);
                         Ok(true)
                     }
                     Err(e) => Err(e),

@@ -293,3 +293,33 @@ fn write_data<B: LogBackend>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enqueue_rows_go_with_the_part_of_the_batch_holding_their_puts() {
+        let consumed = [
+            ConsumedRows {
+                ends_at: 40,
+                ids: vec![1, 2],
+            },
+            ConsumedRows {
+                ends_at: 100,
+                ids: vec![3],
+            },
+            ConsumedRows {
+                ends_at: 101,
+                ids: vec![4],
+            },
+        ];
+        assert_eq!(
+            split_consumed(&consumed, 100),
+            (vec![1, 2, 3], vec![4]),
+            "records ending at the cut are before it"
+        );
+        assert_eq!(split_consumed(&consumed, 0), (vec![], vec![1, 2, 3, 4]));
+        assert_eq!(split_consumed(&[], 10), (vec![], vec![]));
+    }
+}
