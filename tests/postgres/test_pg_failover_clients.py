@@ -157,7 +157,7 @@ def test_clients_through_one_standby_address(cluster):
     try:
         load.wait_for_acks(ACKS_AROUND_A_KILL)
         # Kill the leader behind the door; the door may itself take over.
-        leader.kill9()
+        c.kill_leader(hold=False)
         load.wait_for_acks(ACKS_AROUND_A_KILL)
     finally:
         load.finish()
