@@ -1,5 +1,6 @@
-//! Opening storage: lock the data directory (or, in PostgreSQL, wait as a standby until
-//! this node holds the leader's lease), rebuild the engine from the log, start the writer.
+//! Opening storage: lock the data directory (or, in PostgreSQL, follow the log as a
+//! standby until this node holds the leader's lease), rebuild the engine from the log,
+//! start the writer.
 //!
 //! Lives in the broker (not in the binary) so every way of starting a server — `jobyard
 //! serve`, the beanstalkd and gearmand command lines, tests — opens storage the same way,
@@ -77,19 +78,33 @@ fn fail(message: String, exit_code: i32) -> OpenError {
 impl Broker {
     /// A broker over the data directory of `options` (recovered, locked, log started), or
     /// over an empty in-memory engine when there is none.
+    ///
+    /// With PostgreSQL storage (`options.postgres`) this blocks until this node leads:
+    /// first while PostgreSQL cannot be reached (retrying with backoff), then as a standby
+    /// that follows the log into its engine while another node holds the lease. Run it on
+    /// a thread that may block. Meanwhile `options.cluster_view` (pass one to watch it)
+    /// is kept current, which is how the server learns everything before this returns:
+    /// [`Role::Starting`](crate::Role::Starting) while connecting and loading,
+    /// [`Role::Standby`](crate::Role::Standby) with the leader's name, epoch and advertised
+    /// addresses (refreshed every 250 ms) and this node's lag, then
+    /// [`Role::Leader`](crate::Role::Leader) just before it returns; the same view is then
+    /// [`Broker::cluster_view`]. It returns an error only for what retrying cannot fix (a
+    /// wrong setting, a log it cannot read).
     pub fn open(options: StorageOptions) -> Result<Arc<Broker>, OpenError> {
         let durable_changed = Arc::new(Notify::new());
-        let mut engine = EngineCore::new();
-        for name in &options.queues_first {
-            let q = engine.queue_id_or_create(name);
-            engine.pin(q);
-        }
+        let mut engine = fresh_engine(&options.queues_first);
         if let Some(postgres) = &options.postgres {
             let view = options
                 .cluster_view
                 .clone()
                 .unwrap_or_else(|| Arc::new(ClusterView::new(postgres.node_name.clone())));
-            let log = open_postgres(postgres, &options, &mut engine, durable_changed.clone())?;
+            let log = open_postgres(
+                postgres,
+                &options,
+                &view,
+                &mut engine,
+                durable_changed.clone(),
+            )?;
             let broker = Broker::new(
                 engine,
                 Some((log, None)),
@@ -117,6 +132,16 @@ impl Broker {
         *broker.dir_lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(lock);
         Ok(broker)
     }
+}
+
+/// An engine before any log is replayed: only the queues that list first (pinned).
+fn fresh_engine(queues_first: &[Bytes]) -> EngineCore {
+    let mut engine = EngineCore::new();
+    for name in queues_first {
+        let q = engine.queue_id_or_create(name);
+        engine.pin(q);
+    }
+    engine
 }
 
 fn open_dir(
@@ -211,25 +236,45 @@ fn open_dir(
     Ok((log, lock))
 }
 
-/// Opens the log in PostgreSQL and replays it into `engine`, once this node leads (a
-/// standby waits here for the leader's lease to run out). A PostgreSQL that is down or
-/// starting is waited for, with backoff, and said so; a wrong setting (URL, password,
-/// database, privileges, a newer schema) is one line.
+/// Opens the log in PostgreSQL: follows it into `engine` as a standby until this node
+/// leads (keeping `view` current), then continues it as the leader. A PostgreSQL that is
+/// down or starting is waited for, with backoff, and said so; a wrong setting (URL,
+/// password, database, privileges, a newer schema) is one line.
 #[cfg(feature = "postgres")]
 fn open_postgres(
     postgres: &PgLocation,
     options: &StorageOptions,
+    view: &Arc<ClusterView>,
     engine: &mut EngineCore,
     durable_changed: Arc<Notify>,
 ) -> Result<Log, OpenError> {
     // The client blocks on a runtime of its own, which cannot run inside the server's
-    // (whose start-up calls this): a plain thread does the connecting and the replay.
+    // (whose start-up may call this): a plain thread does the connecting and the replay.
     std::thread::scope(|scope| {
         scope
-            .spawn(|| open_postgres_blocking(postgres, options, engine, durable_changed))
+            .spawn(|| open_postgres_blocking(postgres, options, view, engine, durable_changed))
             .join()
             .unwrap_or_else(|_| Err(fail("opening PostgreSQL storage panicked".into(), 1)))
     })
+}
+
+/// The broker's engine as a standby keeps it: the log's changes replayed as recovery
+/// replays them, and a fresh engine when the follower must start again from a snapshot.
+#[cfg(feature = "postgres")]
+struct EngineReplica<'a> {
+    engine: &'a mut EngineCore,
+    queues_first: &'a [Bytes],
+}
+
+#[cfg(feature = "postgres")]
+impl jobyard_storage::Replica for EngineReplica<'_> {
+    fn apply(&mut self, change: Change) {
+        self.engine.replay_placed(change, None);
+    }
+
+    fn reset(&mut self) {
+        *self.engine = fresh_engine(self.queues_first);
+    }
 }
 
 /// [`open_postgres`] on a thread where blocking is allowed.
@@ -237,29 +282,34 @@ fn open_postgres(
 fn open_postgres_blocking(
     postgres: &PgLocation,
     options: &StorageOptions,
+    view: &Arc<ClusterView>,
     engine: &mut EngineCore,
     durable_changed: Arc<Notify>,
 ) -> Result<Log, OpenError> {
     use jobyard_storage::PgTarget;
     let target =
         PgTarget::parse(&postgres.url, &postgres.schema).map_err(|e| fail(e.to_string(), 1))?;
-    let store = connect_with_backoff(&target, &postgres.node_name)?;
+    let store = connect_with_backoff(&target, postgres, view)?;
     tracing::info!(
         "storage: PostgreSQL at {}, schema {} (cluster {})",
         target.shown(),
         target.schema(),
         store.cluster_id()
     );
-    let started = std::time::Instant::now();
-    let (recovered, report) = store
-        .recover(|change| engine.replay_placed(change, None))
+    let mut replica = EngineReplica {
+        engine,
+        queues_first: &options.queues_first,
+    };
+    let recovered = store
+        .follow_until_leading(&mut replica)
         .map_err(|e| fail(e.to_string(), 1))?;
+    let report = recovered.report();
     engine.raise_next_id(report.next_id);
+    let next_section = report.next_segment;
     tracing::info!(
-        "recovered {} jobs from {} records in {:?}",
+        "leading with {} jobs, rebuilt from {} records",
         engine.job_count(),
-        report.records,
-        started.elapsed()
+        report.records
     );
     if options.fsync != FsyncMode::Always {
         tracing::warn!(
@@ -275,7 +325,7 @@ fn open_postgres_blocking(
     };
     Log::open_postgres(
         recovered,
-        report.next_segment,
+        next_section,
         log_options,
         Box::new(move |_| durable_changed.notify_waiters()),
     )
@@ -286,16 +336,22 @@ fn open_postgres_blocking(
 #[cfg(feature = "postgres")]
 const MAX_CONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Opens the store, trying again with growing pauses while PostgreSQL cannot be reached
-/// (a server that starts before its database is not a crash loop).
+/// Connects to the storage, trying again with growing pauses while PostgreSQL cannot be
+/// reached (a server that starts before its database is not a crash loop).
 #[cfg(feature = "postgres")]
 fn connect_with_backoff(
     target: &jobyard_storage::PgTarget,
-    node: &str,
+    postgres: &PgLocation,
+    view: &Arc<ClusterView>,
 ) -> Result<jobyard_storage::PgStore, OpenError> {
     let mut delay = std::time::Duration::from_millis(250);
     loop {
-        match jobyard_storage::PgStore::open(target, node) {
+        match jobyard_storage::PgStore::connect(
+            target,
+            &postgres.node_name,
+            &postgres.advertise,
+            view.clone(),
+        ) {
             Ok(store) => return Ok(store),
             Err(e) if e.is_retryable() => {
                 tracing::warn!("{e}; trying again in {delay:?}");
@@ -312,6 +368,7 @@ fn connect_with_backoff(
 fn open_postgres(
     postgres: &PgLocation,
     _options: &StorageOptions,
+    _view: &Arc<ClusterView>,
     _engine: &mut EngineCore,
     _durable_changed: Arc<Notify>,
 ) -> Result<Log, OpenError> {

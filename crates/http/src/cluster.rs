@@ -30,25 +30,18 @@ fn nodes_document(nodes: &[ClusterNode]) -> Vec<Value> {
         .collect()
 }
 
-/// `GET /v1/cluster`: `role`, `epoch`, `leader`, `node`, `lag_ms` and the live `nodes`.
+/// `GET /v1/cluster`: `role`, `epoch`, `leader`, `node`, `lag_ms` and the live `nodes`,
+/// from the node's cluster view (which the lease keeper keeps current).
 pub(crate) async fn cluster(State(api): State<Api>) -> Json<Value> {
-    let Some(leadership) = api.broker.leadership() else {
-        return Json(json!({
+    match api.broker.cluster_view() {
+        Some(view) => Json(cluster_document(&view.get())),
+        None => Json(json!({
             "role": "leader",
             "epoch": 0,
             "leader": null,
             "node": null,
             "lag_ms": 0,
             "nodes": [],
-        }));
-    };
-    Json(json!({
-        "role": "leader",
-        "epoch": leadership.epoch(),
-        "leader": leadership.node(),
-        "node": leadership.node(),
-        // The leader's engine is the log's writer: it is never behind.
-        "lag_ms": 0,
-        "nodes": nodes_document(&leadership.nodes()),
-    }))
+        })),
+    }
 }

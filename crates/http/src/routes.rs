@@ -122,11 +122,18 @@ async fn bound_uri(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// `GET /v1/health`: the server answers, and what it is.
+/// `GET /v1/health`: the server answers, and what it is. Its `role` is `leader` here
+/// (this route is served by a node that has its engine; a standby's front door answers
+/// health itself), as `GET /v1/cluster` says; a server on the file log is a cluster of one.
 async fn health(State(api): State<Api>) -> Json<Value> {
     api.count(Command::Health);
+    let role = match api.broker.cluster_view() {
+        Some(view) => view.get().role.as_str(),
+        None => "leader",
+    };
     Json(serde_json::json!({
         "status": if api.broker.draining() { "draining" } else { "ok" },
+        "role": role,
         "version": env!("CARGO_PKG_VERSION"),
         "workers": api.workers.count(),
     }))

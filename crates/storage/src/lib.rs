@@ -38,7 +38,8 @@ pub use postgres::{
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{
-    EnqueueRow, EnqueueSource, PgError, PgRecovered, PgStore, PgTarget, STEP_DOWN_EXIT,
+    EnqueueRow, EnqueueSource, PgError, PgRecovered, PgStore, PgTarget, Replica, HOLD_LIMIT,
+    STEP_DOWN_EXIT,
 };
 pub use recovery::{recover, recover_placed, BodyPlace, RecoveryError, RecoveryReport};
 pub use stats::{sync_stats, LogStats, SyncStats};

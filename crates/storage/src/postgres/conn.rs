@@ -33,6 +33,38 @@ impl Conn {
         })
     }
 
+    /// [`Conn::open`], giving up after `patience` (an unreachable host must not hold the
+    /// lease keeper longer than its bound).
+    pub fn open_within(target: &PgTarget, patience: std::time::Duration) -> Result<Conn, PgError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| PgError::fatal(format!("cannot start the PostgreSQL client: {e}")))?;
+        let connecting = runtime.block_on(async {
+            tokio::time::timeout(patience, PgConnection::connect_with(target.options())).await
+        });
+        let link = connecting
+            .map_err(|_| {
+                PgError::retryable(format!(
+                    "cannot reach PostgreSQL at {} within {patience:?}",
+                    target.shown()
+                ))
+            })?
+            .map_err(|e| PgError::from_sqlx(target.shown(), e))?;
+        Ok(Conn {
+            runtime,
+            link,
+            shown: target.shown().to_string(),
+        })
+    }
+
+    /// The runtime the connection runs on: tasks spawned on it (a standby's `LISTEN`)
+    /// run whenever the connection is used.
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+
     /// Runs statements without parameters (several, separated by `;`).
     pub fn execute(&mut self, sql: &str) -> Result<(), PgError> {
         let result = self

@@ -1,10 +1,9 @@
 //! What this node knows of its leadership of a PostgreSQL storage: its name and fencing
-//! epoch, how long it may still hand out jobs, and the cluster's live nodes. Shared by
-//! the lease keeper (which renews), the broker (which gates hand-outs) and
-//! `GET /v1/cluster`; plain data, so it exists with or without the `postgres` feature.
+//! epoch, and how long it may still hand out jobs. Shared by the lease keeper (which
+//! renews) and the broker (which gates hand-outs); plain data, so it exists with or
+//! without the `postgres` feature.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a lease lasts past its last renewal, on PostgreSQL's clock.
@@ -24,8 +23,8 @@ pub struct ClusterNode {
     pub role: String,
 }
 
-/// This node's leadership: fixed name and epoch, a hand-out deadline that each renewal
-/// pushes on, and the nodes the last heartbeat saw.
+/// This node's leadership: fixed name and epoch, and a hand-out deadline that each
+/// renewal pushes on. (The live nodes are in the [`super::ClusterView`].)
 #[derive(Debug)]
 pub struct Leadership {
     node: String,
@@ -34,17 +33,12 @@ pub struct Leadership {
     base: Instant,
     /// Nanoseconds after `base` past which no job is handed out.
     hand_out_until_ns: AtomicU64,
-    nodes: Mutex<Vec<ClusterNode>>,
 }
 
 impl Leadership {
     /// The leadership of `node` at `epoch`, taken by a statement sent at `sent`.
     pub fn new(node: String, epoch: u64, sent: Instant) -> Leadership {
         let leadership = Leadership {
-            nodes: Mutex::new(vec![ClusterNode {
-                node: node.clone(),
-                role: "leader".into(),
-            }]),
             node,
             epoch,
             base: sent,
@@ -79,16 +73,6 @@ impl Leadership {
         let until = sent.saturating_duration_since(self.base) + LEASE - HAND_OUT_MARGIN;
         self.hand_out_until_ns
             .fetch_max(until.as_nanos() as u64, Ordering::AcqRel);
-    }
-
-    /// The live nodes the last heartbeat saw, sorted by name.
-    pub fn nodes(&self) -> Vec<ClusterNode> {
-        self.nodes.lock().expect("nodes lock").clone()
-    }
-
-    /// Replaces the live nodes (from a heartbeat).
-    pub fn set_nodes(&self, nodes: Vec<ClusterNode>) {
-        *self.nodes.lock().expect("nodes lock") = nodes;
     }
 }
 

@@ -8,10 +8,7 @@ use sqlx::Row;
 
 use super::conn::Conn;
 use super::error::PgError;
-use super::leadership::{ClusterNode, LEASE};
-
-/// How long a node's heartbeat row counts it as live.
-const NODE_LIVE: &str = "10 seconds";
+use super::leadership::LEASE;
 
 /// The lease as a PostgreSQL interval.
 fn lease_interval() -> String {
@@ -102,43 +99,4 @@ pub(crate) fn release(conn: &mut Conn, schema: &str, epoch: u64) -> Result<(), P
         "UPDATE {schema}.leader SET expires_at = now() - interval '1 millisecond'
          WHERE id = 1 AND epoch = {epoch}"
     ))
-}
-
-/// Writes this node's heartbeat and returns the live nodes, each with its role (the
-/// leader is the node the lease names).
-pub(crate) fn heartbeat(
-    conn: &mut Conn,
-    schema: &str,
-    node: &str,
-    patience: Duration,
-) -> Result<Vec<ClusterNode>, PgError> {
-    let beat = format!(
-        "INSERT INTO {schema}.nodes (node, seen_at) VALUES ($1, now())
-         ON CONFLICT (node) DO UPDATE SET seen_at = EXCLUDED.seen_at"
-    );
-    let list = format!(
-        "SELECT n.node, CASE WHEN n.node = l.node AND l.expires_at > now()
-                    THEN 'leader' ELSE 'standby' END
-         FROM {schema}.nodes n LEFT JOIN {schema}.leader l ON l.id = 1
-         WHERE n.seen_at > now() - interval '{NODE_LIVE}'
-         ORDER BY n.node"
-    );
-    let (runtime, link) = conn.parts();
-    let rows = runtime.block_on(async {
-        let both = async {
-            sqlx::query(&beat).bind(node).execute(&mut *link).await?;
-            sqlx::query(&list).fetch_all(&mut *link).await
-        };
-        tokio::time::timeout(patience, both).await
-    });
-    let rows = rows
-        .map_err(|_| PgError::retryable(format!("the heartbeat took over {patience:?}")))?
-        .map_err(|e| conn.error(e))?;
-    Ok(rows
-        .into_iter()
-        .map(|row| ClusterNode {
-            node: row.get(0),
-            role: row.get(1),
-        })
-        .collect())
 }

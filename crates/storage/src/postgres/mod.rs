@@ -3,8 +3,10 @@
 //! transaction. docs/postgres.md describes the tables and what is durable when.
 //!
 //! One leader per schema: it holds a lease row on PostgreSQL's clock, and each batch's
-//! insert is fenced by its epoch; other nodes wait as standbys and take the lease over
-//! when it runs out (`store`, `lease`, `keeper`).
+//! insert is fenced by its epoch; other nodes are standbys that follow the log into their
+//! engine (`follow`, woken by `wake`) and take the lease over when it runs out (`store`,
+//! `lease`, `keeper`); every node heartbeats its role and addresses (`nodes`) into the
+//! cluster view (`view`).
 
 mod leadership;
 mod location;
@@ -25,9 +27,13 @@ mod enqueue;
 #[cfg(feature = "postgres")]
 mod error;
 #[cfg(feature = "postgres")]
+mod follow;
+#[cfg(feature = "postgres")]
 mod keeper;
 #[cfg(feature = "postgres")]
 mod lease;
+#[cfg(feature = "postgres")]
+mod nodes;
 #[cfg(feature = "postgres")]
 mod passfile;
 #[cfg(feature = "postgres")]
@@ -38,6 +44,8 @@ mod schema;
 mod store;
 #[cfg(feature = "postgres")]
 mod target;
+#[cfg(feature = "postgres")]
+mod wake;
 
 #[cfg(feature = "postgres")]
 pub(crate) use backend::PgLog;
@@ -46,7 +54,9 @@ pub use enqueue::{EnqueueRow, EnqueueSource};
 #[cfg(feature = "postgres")]
 pub use error::PgError;
 #[cfg(feature = "postgres")]
-pub use keeper::STEP_DOWN_EXIT;
+pub use follow::Replica;
+#[cfg(feature = "postgres")]
+pub use keeper::{HOLD_LIMIT, STEP_DOWN_EXIT};
 #[cfg(feature = "postgres")]
 pub use store::{PgRecovered, PgStore};
 #[cfg(feature = "postgres")]

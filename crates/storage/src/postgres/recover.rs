@@ -1,5 +1,7 @@
-//! Start-up from PostgreSQL: the newest complete snapshot, then every batch after it in
-//! order, through the same record decoding as the files (`crate::recovery`).
+//! Reading the log back from PostgreSQL: the newest complete snapshot, and batches,
+//! through the same record decoding as the files (`crate::recovery`). A standby's
+//! follower (`follow`) is the one reader: it loads a snapshot, then applies every batch
+//! after it as it commits.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,53 +29,39 @@ pub(crate) struct LogEnd {
     pub oldest_section: u64,
 }
 
-/// The snapshot recovery starts from.
-struct SnapshotRow {
-    section: u64,
-    next_id: u64,
-    start_pos: u64,
+/// A complete snapshot, which a follower loads and a new leader continues after.
+#[derive(Debug)]
+pub(crate) struct SnapshotRow {
+    pub section: u64,
+    pub next_id: u64,
+    /// Where the first batch of `section` is (or was): every batch from here on is after
+    /// the snapshot.
+    pub start_pos: u64,
 }
 
-/// Replays the schema's log into `apply`; returns the report (its `next_segment` is the
-/// section the writer starts) and where the log ends. Leftovers of a snapshot never
-/// completed, or of one whose compaction was cut short, are removed first.
-pub(crate) fn recover(
-    conn: &mut Conn,
-    schema: &str,
-    mut apply: impl FnMut(Change),
-) -> Result<(RecoveryReport, LogEnd), PgError> {
+/// Removes the leftovers a leader may leave behind: a snapshot it never completed, and
+/// what the newest complete snapshot covers when its compaction was cut short. Run by a
+/// node that has just taken the lease, fenced by its `epoch`.
+pub(crate) fn clean_up(conn: &mut Conn, schema: &str, epoch: u64) -> Result<(), PgError> {
     conn.execute(&format!(
         "DELETE FROM {schema}.snapshot_chunks WHERE section IN
              (SELECT section FROM {schema}.snapshots WHERE NOT complete);
          DELETE FROM {schema}.snapshots WHERE NOT complete;"
     ))?;
-    let mut report = RecoveryReport {
-        next_segment: 1,
-        next_id: 1,
-        ..Default::default()
-    };
-    let mut end = LogEnd {
-        oldest_section: 1,
-        ..Default::default()
-    };
     if let Some(snapshot) = newest_snapshot(conn, schema)? {
-        conn.execute(&super::backend::drop_covered_sql(
-            schema,
-            snapshot.section,
-            None,
+        conn.execute(&format!(
+            "BEGIN; {} COMMIT;",
+            super::backend::drop_covered_sql(schema, snapshot.section, Some(epoch))
         ))?;
-        end.snapshot_bytes = read_snapshot(conn, schema, &snapshot, &mut report, &mut apply)?;
-        report.snapshot = Some(snapshot.section);
-        report.next_id = report.next_id.max(snapshot.next_id);
-        report.next_segment = snapshot.section + 1;
-        end.pos = snapshot.start_pos;
-        end.oldest_section = snapshot.section;
     }
-    read_batches(conn, schema, &mut report, &mut end, &mut apply)?;
-    Ok((report, end))
+    Ok(())
 }
 
-fn newest_snapshot(conn: &mut Conn, schema: &str) -> Result<Option<SnapshotRow>, PgError> {
+/// The newest complete snapshot, if any.
+pub(crate) fn newest_snapshot(
+    conn: &mut Conn,
+    schema: &str,
+) -> Result<Option<SnapshotRow>, PgError> {
     let sql = format!(
         "SELECT section, next_id, start_pos FROM {schema}.snapshots
          WHERE complete ORDER BY section DESC LIMIT 1"
@@ -88,7 +76,7 @@ fn newest_snapshot(conn: &mut Conn, schema: &str) -> Result<Option<SnapshotRow>,
 }
 
 /// Applies a snapshot's chunks in order; returns its size in bytes.
-fn read_snapshot(
+pub(crate) fn read_snapshot(
     conn: &mut Conn,
     schema: &str,
     snapshot: &SnapshotRow,
@@ -126,51 +114,27 @@ fn read_snapshot(
     }
 }
 
-/// Applies every batch from the start section on, checking that each starts where the one
-/// before ended (a missing row would silently lose or resurrect jobs).
-fn read_batches(
-    conn: &mut Conn,
+/// The size in bytes of snapshot `section`'s chunks (what compaction counts as stored).
+pub(crate) fn snapshot_bytes(conn: &mut Conn, schema: &str, section: u64) -> Result<u64, PgError> {
+    let sql = format!(
+        "SELECT COALESCE(sum(length(records)), 0)::bigint FROM {schema}.snapshot_chunks
+         WHERE section = $1"
+    );
+    let (runtime, link) = conn.parts();
+    let row = runtime.block_on(sqlx::query(&sql).bind(section as i64).fetch_one(&mut *link));
+    Ok(row.map_err(|e| conn.error(e))?.get::<i64, _>(0) as u64)
+}
+
+/// Applies one batch of the log (`pos` names it in messages) through recovery's decoding.
+pub(crate) fn apply_batch(
     schema: &str,
+    pos: u64,
+    records: &[u8],
     report: &mut RecoveryReport,
-    end: &mut LogEnd,
     apply: &mut impl FnMut(Change),
 ) -> Result<(), PgError> {
-    let sql = format!(
-        "SELECT pos, section, records FROM {schema}.log
-         WHERE section >= $1 AND pos >= $2 ORDER BY pos LIMIT $3"
-    );
-    let from_section = end.oldest_section;
-    loop {
-        let (runtime, link) = conn.parts();
-        let rows = runtime.block_on(
-            sqlx::query(&sql)
-                .bind(from_section as i64)
-                .bind(end.pos as i64)
-                .bind(PAGE)
-                .fetch_all(&mut *link),
-        );
-        let rows = rows.map_err(|e| conn.error(e))?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        for row in rows {
-            let pos = row.get::<i64, _>(0) as u64;
-            let section = row.get::<i64, _>(1) as u64;
-            let records: Vec<u8> = row.get(2);
-            if pos != end.pos {
-                return Err(PgError::fatal(format!(
-                    "{schema}.log: the batch at position {pos} follows one that ended at {}: \
-                     rows are missing, and the jobs they held would be lost",
-                    end.pos
-                )));
-            }
-            let name = PathBuf::from(format!("{schema}.log (position {pos})"));
-            apply_records(&name, &records, report, apply).map_err(corrupt)?;
-            end.pos = pos + records.len() as u64;
-            *end.sections.entry(section).or_default() += records.len() as u64;
-            report.next_segment = report.next_segment.max(section + 1);
-        }
-    }
+    let name = PathBuf::from(format!("{schema}.log (position {pos})"));
+    apply_records(&name, records, report, apply).map_err(corrupt)
 }
 
 fn corrupt(e: crate::RecoveryError) -> PgError {
