@@ -1,0 +1,115 @@
+"""The report of bench/pg/run.py's summary: one table per section, each figure set against
+issue 27's target as a ratio. `python3 bench/pg/report.py RUN.summary.json`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def f(x, digits=0) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def main() -> None:
+    r = json.load(open(sys.argv[1]))
+    out = []
+    say = out.append
+    if "drain" in r:
+        d = r["drain"]
+        say("## Drain of queued jobs (jobyard vs graphile-worker)\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            m = d["median_jobs_per_s"]
+            say(f"Median of {d['rounds']} round(s), jobs/s:\n")
+            say("| side | jobs/s | jobyard ÷ side | target | |")
+            say("|---|---:|---:|---:|---|")
+            say(f"| jobyard, beanstalkd protocol, reserve → delete | {f(m['jobyard'])} | | | |")
+            say(f"| graphile-worker defaults | {f(m['defaults'])} | {d['vs_defaults']:.2f}× | ≥ 10× | {verdict(d['vs_defaults'] >= 10)} |")
+            say(f"| graphile-worker, 24 concurrent | {f(m['c24'])} | {d['vs_c24']:.2f}× | | |")
+            say(f"| graphile-worker, performance options | {f(m['perf'])} | {d['vs_perf']:.2f}× | ≥ 1× | {verdict(d['vs_perf'] >= 1)} |")
+            say("")
+    if "latency" in r:
+        d = r["latency"]
+        say("## Producer → consumer latency at 200 jobs/s\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            say("| side | p50 ms | p99 ms |")
+            say("|---|---:|---:|")
+            say(f"| jobyard (put → reserved, 1 producer, 1 consumer) | {d['jobyard_p50_us'] / 1e3:.2f} | {d['jobyard_p99_us'] / 1e3:.2f} |")
+            say(f"| graphile-worker defaults (addJob → task starts) | {d['graphile_p50_us'] / 1e3:.2f} | {d['graphile_p99_us'] / 1e3:.2f} |")
+            say(f"\np99 ratio jobyard ÷ graphile-worker: **{d['p99_ratio']:.2f}×** (target ≤ 0.25×: {verdict(d['p99_ratio'] <= 0.25)})\n")
+    if "put" in r:
+        d = r["put"]
+        say("## Durable put latency at 1,000/s\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            say("| side | p50 ms | p99 ms |")
+            say("|---|---:|---:|")
+            say(f"| jobyard on PostgreSQL, put → INSERTED (1 producer, 1 consumer) | {d['jobyard_p50_us'] / 1e3:.3f} | {d['jobyard_p99_us'] / 1e3:.3f} |")
+            say(f"| bare single-row INSERT, autocommit, one sqlx client | {d['insert_p50_us'] / 1e3:.3f} | {d['insert_p99_us'] / 1e3:.3f} |")
+            say(f"\np99 ratio: **{d['p99_ratio']:.2f}×** (target ≤ 2×: {verdict(d['p99_ratio'] <= 2)})\n")
+    if "cpu" in r:
+        d = r["cpu"]
+        say("## Leader CPU per job at 5,000 jobs/s (put + reserve + delete, beanstalkd protocol)\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            say("| storage | jobyard CPU µs/job | PostgreSQL CPU µs/job |")
+            say("|---|---:|---:|")
+            say(f"| PostgreSQL | {d['postgres_us_per_job']:.1f} | {d['postgres_server_us_per_job']:.1f} |")
+            say(f"| file log, `--fsync always` | {d['file_us_per_job']:.1f} | ({d['postgres_server_us_per_job_file_side']:.1f}, idle) |")
+            pairs = ", ".join(f"{x:.2f}" for x in d["pair_ratios"])
+            say(f"\nRatio of the medians: **{d['ratio']:.2f}×** (target ≤ 1.5×: {verdict(d['ratio'] <= 1.5)}); rounds' pairs {pairs}.\n")
+    if "failover" in r:
+        d = r["failover"]
+        say("## Failover: kill -9 of the leader → first acknowledged put\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            say(f"{d['kills']} kills: p50 {d['p50_s']:.2f} s, p99 **{d['p99_s']:.2f} s**, max {d['max_s']:.2f} s "
+                f"(target p99 ≤ 5 s: {verdict(d['p99_s'] <= 5)}); acknowledged through the other node in "
+                f"{d['through_another_node']} of {d['kills']}.\n")
+    if "lag" in r:
+        d = r["lag"]
+        say("## Standby lag under saturating load\n")
+        if "error" in d:
+            say(f"Not measured: {d['error']} (answer: `{json.dumps(d.get('standby_answer'))}`)\n")
+        else:
+            say(f"{d['samples']} samples of `lag_ms` every 50 ms while the leader took {f(d.get('puts_per_s'))} puts/s: "
+                f"p50 {f(d.get('p50_ms'), 1)} ms, p99 **{f(d.get('p99_ms'), 1)} ms**, max {f(d.get('max_ms'), 1)} ms "
+                f"(target p99 ≤ 100 ms: {verdict((d.get('p99_ms') or 1e9) <= 100)}); {d['errors']} failed samples.\n")
+    if "compaction" in r:
+        d = r["compaction"]
+        say("## Compaction: 1,000,000 jobs put and deleted\n")
+        if "error" in d:
+            say(f"Not measured: `{d['error']}`\n")
+        else:
+            say("| when | schema on disk MiB | live MiB (snapshot + log after it) | ratio | dead tuples (log) | autovacuums (log) |")
+            say("|---|---:|---:|---:|---:|---:|")
+            for key, name in [("right_after", "right after the load"), ("waited", "after waiting for autovacuum"),
+                              ("after_vacuum", "after `VACUUM`"), ("after_vacuum_full", "after `VACUUM FULL`")]:
+                s = d.get(key)
+                if not s:
+                    continue
+                lg = s["tables"].get("log", {})
+                ratio = "–" if s["ratio"] is None else f"{s['ratio']:.2f}×"
+                say(f"| {name} | {s['schema_bytes'] / 2**20:.1f} | {s['live_bytes'] / 2**20:.1f} | {ratio} | "
+                    f"{lg.get('dead_tup', '–')} | {lg.get('autovacuums', '–')} |")
+            settings = ", ".join(f"{k}={v}" for k, v in sorted(d["autovacuum_settings"].items())
+                                 if k in ("autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
+                                          "autovacuum_vacuum_threshold", "autovacuum_vacuum_insert_scale_factor"))
+            say(f"\nPostgreSQL's autovacuum settings (defaults): {settings}.\n")
+    say(f"Load average at the start {r.get('load_start')}, at the end {r.get('load_end')}.")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
