@@ -1,6 +1,7 @@
 // jobyard's dashboard: a page per view (#/ queues, #/queue/NAME/STATE, #/job/ID,
 // #/connections, from workers.js #/workers and #/jobd, from schedules.js #/schedules), fed by
-// the admin JSON API (schedules: the HTTP API); the charts are charts.js's. Lists are paged
+// the admin JSON API (schedules, a queue's policy and dead letters in policy.js, the
+// overview's cluster in cluster.js: the HTTP API); the charts are charts.js's. Lists are paged
 // by the server; nothing here loads a whole queue.
 "use strict";
 
@@ -63,7 +64,7 @@ async function queuesView() {
   // Drawn once, then refreshed in place: the charts keep their place while new ones load.
   if (!$("#overview")) {
     $("#view").innerHTML = `<div id="overview"><h1>Queues</h1><div id="overview-cards"></div>${chartsSection(null)}
-      <h2>Every queue, whatever protocol fills it</h2><div id="overview-queues"></div></div>`;
+      <div id="overview-cluster"></div><h2>Every queue, whatever protocol fills it</h2><div id="overview-queues"></div></div>`;
   }
   $("#overview-cards").innerHTML = `<div class="cards"><div class="card"><span class="muted">jobs</span><b id="total-jobs">${num(o.jobs)}</b></div>
     <div class="card"><span class="muted">queues</span><b>${num(o.queues.length)}</b></div>
@@ -72,7 +73,7 @@ async function queuesView() {
     <th class="num">buried</th><th class="num">waiting</th><th class="num">created</th><th class="num">completed</th>
     <th class="num">failed</th><th class="num">next ready age</th></tr>${rows}</table>`;
   chartQueueChoices(o.queues.map((q) => q.name));
-  await drawCharts(overviewQueue);
+  await Promise.all([drawCluster(), drawCharts(overviewQueue)]);
 }
 
 async function queueView(name, state, after) {
@@ -96,11 +97,11 @@ async function queueView(name, state, after) {
         ? `<button id="resume" onclick="act('/queues/${enc(name)}/resume')">Resume</button>`
         : `<button id="pause" onclick="act('/queues/${enc(name)}/pause')">Pause</button>`
     } <button onclick="act('/queues/${enc(name)}/kick?bound=100')">Kick 100</button></div>
-    ${chartsSection(name)}
+    <div id="dead-letters"></div>${chartsSection(name)}
     <div class="tabs">${tabs}</div><h2></h2>
     <table id="jobs"><tr><th>id</th><th class="num">pri</th><th class="num">age</th><th class="num">reserves</th><th>body</th><th></th></tr>${rows ||
-      '<tr><td colspan="6" class="muted">no jobs in this state</td></tr>'}</table><p>${more}</p>`;
-  await drawCharts(name);
+      '<tr><td colspan="6" class="muted">no jobs in this state</td></tr>'}</table><p>${more}</p><div id="queue-policy"></div>`;
+  await Promise.all([drawQueuePolicy(name), drawCharts(name)]);
 }
 
 function jobButtons(j) {

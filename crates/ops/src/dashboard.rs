@@ -1,4 +1,4 @@
-//! The web dashboard: six static files embedded in the binary (no build step, nothing
+//! The web dashboard: eight static files embedded in the binary (no build step, nothing
 //! fetched from the network), which read everything from the admin JSON API.
 
 use std::sync::Arc;
@@ -14,6 +14,8 @@ const APP: &str = include_str!("../assets/app.js");
 const WORKERS: &str = include_str!("../assets/workers.js");
 const CHARTS: &str = include_str!("../assets/charts.js");
 const SCHEDULES: &str = include_str!("../assets/schedules.js");
+const POLICY: &str = include_str!("../assets/policy.js");
+const CLUSTER: &str = include_str!("../assets/cluster.js");
 const STYLE: &str = include_str!("../assets/style.css");
 
 pub(crate) fn routes() -> Router<Arc<Broker>> {
@@ -37,6 +39,14 @@ pub(crate) fn routes() -> Router<Arc<Broker>> {
         .route(
             "/ui/schedules.js",
             get(|| async { page(SCHEDULES, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/policy.js",
+            get(|| async { page(POLICY, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/cluster.js",
+            get(|| async { page(CLUSTER, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/ui/style.css",
