@@ -1,5 +1,6 @@
 """The cluster as an operator sees it on PostgreSQL storage: `jobyard ctl cluster` prints
-GET /v1/cluster's table (the leader marked, its epoch and lag), for a node that leads."""
+GET /v1/cluster's table (the leader marked, its epoch and lag), and the dashboard's
+overview shows the same (headless chromium), for a node that leads."""
 
 from __future__ import annotations
 
@@ -26,3 +27,24 @@ def test_ctl_cluster_shows_the_leading_node(start_pg_server, jobyard_bin):
     table = ctl(jobyard_bin, url, "cluster").splitlines()
     assert table[0] == f"node alpha: leader, epoch {doc['epoch']}, lag 0 ms", table
     assert table[2].split() == ["*", "alpha", "leader", "0", "ms", "(this)"], table
+
+
+def test_the_dashboard_overview_shows_the_cluster(start_pg_server):
+    from browserlib import cell_text, shot, start_browser, wait_until
+
+    http = free_port()
+    start_pg_server(extra_args=("--node-name", "alpha", "--http-listen", f"{HOST}:{http}"))
+    browser = start_browser()
+    try:
+        browser.get(f"http://{HOST}:{http}/")
+        wait_until(browser, lambda d: cell_text(d, '#cluster [data-cluster="role"]'),
+                   "the cluster panel")
+        card = lambda key: cell_text(browser, f'#cluster [data-cluster="{key}"]')  # noqa: E731
+        assert (card("node"), card("role"), card("leader")) == ("alpha", "leader", "alpha")
+        assert int(card("epoch")) >= 1 and card("lag") == "0 ms"
+        wait_until(browser, lambda d: "alpha" in cell_text(d, '#cluster-nodes tr[data-node="alpha"]'),
+                   "the node among the live nodes")
+        assert "★" in cell_text(browser, '#cluster-nodes tr[data-node="alpha"]')
+        shot(browser, "cluster")
+    finally:
+        browser.quit()
