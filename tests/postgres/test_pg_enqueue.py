@@ -9,9 +9,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import urllib.request
 
 import greenstalk
 
+from jobyard_testlib import HOST, free_port
 from pg_testlib import Standby
 
 # The consumer's fallback check (crates/broker/src/enqueue.rs FALLBACK_CHECK).
@@ -173,7 +175,10 @@ def test_a_commit_wakes_the_consumer_well_before_its_fallback_check(
 def test_rows_the_server_cannot_take_are_moved_to_enqueue_rejected_with_a_reason(
     postgres, pg_url, start_pg_server
 ):
-    srv = start_pg_server(extra_args=("--max-job-size", "10"))
+    http = free_port()
+    srv = start_pg_server(
+        extra_args=("--max-job-size", "10", "--http-listen", f"{HOST}:{http}")
+    )
     sql(postgres, pg_url, """
         INSERT INTO jobyard.enqueue (queue, body) VALUES
             ('ok', 'fits'),
@@ -193,6 +198,10 @@ def test_rows_the_server_cannot_take_are_moved_to_enqueue_rejected_with_a_reason
     assert "whitespace" in reasons[1], reasons
     assert "flow" in reasons[2], reasons
     assert "rejected" in srv.log_tail(100)
+    with urllib.request.urlopen(f"http://{HOST}:{http}/metrics", timeout=10) as reply:
+        metrics = reply.read().decode()
+    assert "jobyard_enqueue_consumed_total 2\n" in metrics, metrics
+    assert "jobyard_enqueue_rejected_total 3\n" in metrics, metrics
 
 
 def test_exactly_once_across_a_kill9_of_the_leader_under_continuous_inserts(

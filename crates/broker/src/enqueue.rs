@@ -143,8 +143,18 @@ mod consumer {
         // The rows' deletion commits with the batch: once it is durable they are gone, and
         // the next read cannot see them again.
         runtime.block_on(broker.wait_durable(lsn));
-        source.count_consumed(taken.put);
         source.settle(&taken.coalesced, &taken.rejected)?;
+        if let Some(log) = broker.log() {
+            let counts = log.stats();
+            let consumed = (taken.put + taken.coalesced.len()) as u64;
+            counts
+                .enqueue_consumed
+                .fetch_add(consumed, Ordering::Relaxed);
+            let rejected = taken.rejected.len() as u64;
+            counts
+                .enqueue_rejected
+                .fetch_add(rejected, Ordering::Relaxed);
+        }
         for (id, reason) in &taken.rejected {
             tracing::warn!("enqueue row {id} rejected: {reason} (moved to enqueue_rejected)");
         }

@@ -210,4 +210,9 @@ fn record_log(broker: &Broker) {
     counter!("jobyard_log_fsyncs_total")
         .absolute(jobyard_storage::sync_stats().fsyncs.load(Relaxed));
     gauge!("jobyard_log_segment").set(log.current_segment() as f64);
+    if log.leadership().is_some() {
+        // PostgreSQL's transactional enqueue (docs/postgres.md).
+        counter!("jobyard_enqueue_consumed_total").absolute(s.enqueue_consumed.load(Relaxed));
+        counter!("jobyard_enqueue_rejected_total").absolute(s.enqueue_rejected.load(Relaxed));
+    }
 }

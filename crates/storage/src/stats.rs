@@ -12,6 +12,11 @@ pub struct LogStats {
     pub bytes: AtomicU64,
     /// `write(2)` batches: records / batches is the average group-commit size.
     pub batches: AtomicU64,
+    /// Rows of PostgreSQL's transactional-enqueue table consumed (put as jobs, or matching
+    /// a live job's unique key) and rejected (moved to `enqueue_rejected`); counted by the
+    /// broker's consumer, 0 with segment files.
+    pub enqueue_consumed: AtomicU64,
+    pub enqueue_rejected: AtomicU64,
 }
 
 /// The process's log syncs. Process-wide (a server has one log) so that every place that

@@ -131,19 +131,7 @@ impl EnqueueSource {
                 .bind(&reasons)
                 .execute(&mut *link),
         );
-        done.map(|_| ()).map_err(|e| self.conn.error(e))?;
-        if !rejected.is_empty() {
-            metrics::counter!("jobyard_enqueue_rejected_total").increment(rejected.len() as u64);
-        }
-        if !coalesced.is_empty() {
-            metrics::counter!("jobyard_enqueue_consumed_total").increment(coalesced.len() as u64);
-        }
-        Ok(())
-    }
-
-    /// Counts rows whose puts were made durable (for `/metrics`).
-    pub fn count_consumed(&self, rows: usize) {
-        metrics::counter!("jobyard_enqueue_consumed_total").increment(rows as u64);
+        done.map(|_| ()).map_err(|e| self.conn.error(e))
     }
 
     /// Waits for the enqueue channel's next notification, or `timeout`; true if one came.
