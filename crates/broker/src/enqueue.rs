@@ -204,7 +204,12 @@ mod consumer {
                 break;
             }
             let q = txn.queue_id_or_create(row.queue.as_bytes());
-            let unique = row.unique_key.as_deref().map(str::as_bytes);
+            // An empty key is no key, as in Gearman.
+            let unique = row
+                .unique_key
+                .as_deref()
+                .filter(|k| !k.is_empty())
+                .map(str::as_bytes);
             if unique.is_some_and(|key| txn.find_unique(q, key).is_some()) {
                 taken.coalesced.push(row.id);
                 continue;
