@@ -136,6 +136,7 @@ impl Worker {
             match next {
                 Next::Store => return outcome,
                 Next::Retry(pause) => {
+                    self.inner.state.lock().unwrap().sched.launch_ended(start);
                     tracing::info!(id = start.id, target = %start.target, ?pause,
                         "jobd: the launch failed; launching it again after the backoff");
                     if !self.backoff(pause).await {

@@ -394,6 +394,14 @@ impl EngineScheduler {
         }
     }
 
+    /// A started job's launch ended and it waits to be launched again (a failed attempt
+    /// under a retry policy): its process leaves the operator's view meanwhile.
+    pub fn launch_ended(&self, start: &Start) {
+        if self.listed_as.is_some() {
+            self.broker.workers().process_ended(PROTOCOL, start.job);
+        }
+    }
+
     /// A started job ended: with the launcher's outcome, or `None` when it was dropped
     /// before its launcher ran. Frees its slot and tells the engine's watchers.
     pub fn finished(&mut self, start: &Start, outcome: Option<&Outcome>) {
