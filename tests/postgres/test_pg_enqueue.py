@@ -100,16 +100,16 @@ def test_every_row_of_big_and_concurrent_transactions_is_a_job_exactly_once(
     postgres, pg_url, start_pg_server
 ):
     srv = start_pg_server()
-    # One transaction of more rows than the consumer reads at once.
+    # One transaction of more rows than the consumer reads at once (1,000).
     sql(postgres, pg_url, """
         INSERT INTO jobyard.enqueue (queue, body)
-            SELECT 'bulk', 'big-' || g FROM generate_series(1, 2500) g""")
+            SELECT 'bulk', 'big-' || g FROM generate_series(1, 1200) g""")
     # And many small transactions at the same time.
     errors = []
 
     def writer(w):
         try:
-            for i in range(15):
+            for i in range(8):
                 sql(postgres, pg_url, f"""
                     BEGIN;
                     INSERT INTO jobyard.enqueue (queue, body) VALUES ('bulk', 'w{w}-{i}-a');
@@ -126,8 +126,8 @@ def test_every_row_of_big_and_concurrent_transactions_is_a_job_exactly_once(
     assert not errors, errors
     wait_until(lambda: enqueue_rows(postgres, pg_url) == 0, timeout=60, what="every row")
     bodies = collections.Counter(drain(srv.address, "bulk"))
-    expected = {f"big-{g}" for g in range(1, 2501)}
-    expected |= {f"w{w}-{i}-{x}" for w in range(6) for i in range(15) for x in "ab"}
+    expected = {f"big-{g}" for g in range(1, 1201)}
+    expected |= {f"w{w}-{i}-{x}" for w in range(6) for i in range(8) for x in "ab"}
     assert set(bodies) == expected
     assert [b for b, n in bodies.items() if n > 1] == []
 
