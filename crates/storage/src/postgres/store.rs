@@ -212,6 +212,13 @@ impl PgStore {
         let Link { mut conn, wake } = self.link.take().expect("connected when taking over");
         drop(wake);
         set_meta(&mut conn, &schema, "holder", &self.node)?;
+        // Listed as the leader at once, not a renewal later: standbys forward to it.
+        let me = Me {
+            node: &self.node,
+            role: Role::Leader,
+            addrs: &self.advertise,
+        };
+        let beat = heartbeat(&mut conn, &schema, &me, false, BEAT_PATIENCE)?;
         let started = Instant::now();
         let (records, batches) = (follower.records(), follower.batches());
         follower.read(&mut conn, replica, None, None)?;
@@ -232,6 +239,7 @@ impl PgStore {
             s.epoch = epoch;
             s.leader = Some(self.node.clone());
             s.leader_addrs = self.advertise.clone();
+            s.nodes = beat.nodes;
         });
         tracing::info!("leading schema {schema} as {} (epoch {epoch})", self.node);
         Ok(PgRecovered {
