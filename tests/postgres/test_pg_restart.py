@@ -1,7 +1,8 @@
 """PostgreSQL restarted under load: while producers of each protocol put jobs into a
 supervised two-node cluster, PostgreSQL is stopped (fast shutdown: every session cut) for a
-few seconds and started again. Afterwards every put that was acknowledged is there, none
-that was refused with an error reply is, a node serves again (the leader, or a node the
+few seconds and started again (a consumer deletes meanwhile). Afterwards every put that was
+acknowledged is there, none that was refused with an error reply is, no job whose delete
+was acknowledged came back, a node serves again (the leader, or a node the
 supervisor restarted after it stepped down), and the clients carry on."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from failover_testlib import BeanstalkProducer, HttpProducer, Load, drain
+from failover_testlib import BeanstalkConsumer, BeanstalkProducer, HttpProducer, Load, drain
 from pg_testlib import Cluster
 
 pytest.importorskip("greenstalk")
@@ -27,6 +28,7 @@ def test_postgres_stopped_and_started_under_load_loses_nothing_acknowledged(
     try:
         for i in range(2):
             load.add(BeanstalkProducer, f"bp{i}", cluster.beanstalk_addresses(), "pgr-b")
+        load.add(BeanstalkConsumer, "bc", cluster.beanstalk_addresses(), "pgr-b")
         load.add(HttpProducer, "hp", cluster.http_bases(), "pgr-h")
         load.start()
         load.wait_for_acks(ACKS)
