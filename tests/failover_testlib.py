@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, List, Optional, Sequence, Set
 
 import greenstalk
 import requests
