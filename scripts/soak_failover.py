@@ -150,6 +150,8 @@ def main() -> int:
               f"max {max(xs):.2f} s" if xs else f"{what}: no kills")
     print(f"soak took {took:.0f} s; at the end: {snapshots[0]} snapshot(s) (newest section "
           f"{snapshots[1]}), {rows} log rows")
+    if load.ledger.refusals:
+        print(f"first refusals: {load.ledger.refusals}")
     print(verdict.details() if not verdict.ok else verdict.line())
     if not args.keep and verdict.ok:
         for p in logs.iterdir():

@@ -87,6 +87,7 @@ class Ledger:
         self.taken: Counter = Counter()
         self.resurrected: Set[bytes] = set()
         self.steps_left: Set[tuple] = set()
+        self.refusals: List[str] = []
         self.errors: List[str] = []
 
     def put_acked(self, body: bytes) -> None:
@@ -100,6 +101,8 @@ class Ledger:
     def put_refused(self, body: bytes, why: str) -> None:
         with self.lock:
             self.refused_puts.add(body)
+            if len(self.refusals) < 10:  # the first few reasons, for the report
+                self.refusals.append(why)
 
     def took(self, body: bytes) -> None:
         with self.lock:

@@ -45,7 +45,8 @@ def test_postgres_stopped_and_started_under_load_loses_nothing_acknowledged(
         verdict = load.ledger.verdict(left)
         exits = {n.name: n.exits for n in cluster.nodes}
         print(f"acknowledged while PostgreSQL was down: {during}; leader after: "
-              f"{leader.name}; node exits: {exits}; {verdict.line()}")
+              f"{leader.name}; node exits: {exits}; {verdict.line()}; first refusals: "
+              f"{load.ledger.refusals}")
         assert verdict.ok, verdict.details()
         # Nothing can be committed while PostgreSQL is down; a reply or two may have been
         # on its way when it stopped.
