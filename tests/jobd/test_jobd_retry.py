@@ -7,15 +7,20 @@ policy a failed launch ends its row at once, as in jobd."""
 
 from __future__ import annotations
 
+import subprocess
+
 import requests
 
 from jobdlib import poll, port_open, wait
 from jobyard_testlib import free_port
 
-# Launch N of a row (counted in `launches-<id>`) exits with the code in `exit-<id>-N`, if
-# that file exists, else 0.
+# Launch N of a row (counted in `launches-<id>`) kills itself with SIGKILL if
+# `kill-<id>-N` exists, waits for a signal if `block-<id>-N` exists, exits with the code in
+# `exit-<id>-N` if that exists, else 0.
 LAUNCHER = (
     'd=$(dirname "$0")\necho x >> "$d/launches-$1"\nn=$(wc -l < "$d/launches-$1")\n'
+    'if [ -f "$d/kill-$1-$n" ]; then kill -KILL $$; fi\n'
+    'if [ -f "$d/block-$1-$n" ]; then touch "$d/blocked-$1"; sleep 60; fi\n'
     'if [ -f "$d/exit-$1-$n" ]; then echo "attempt $n failed" >&2; exit $(cat "$d/exit-$1-$n"); fi\n'
     'echo "id=$1 attempt $n"\n'
 )
@@ -110,4 +115,27 @@ def test_without_a_policy_a_failed_launch_ends_its_row_at_once(
     assert row["result"] == "fail" and row["return_code"] == "7", row
     assert "attempt 1 failed" in row["stderr"], row
     assert launches(tmp_path, row_id) == 1
+    assert dead_letters(http) == []
+
+
+def test_a_killed_launch_is_an_attempt_but_an_operators_signal_is_not(
+        start_server, jobs_db, tmp_path, jobyard_bin):
+    srv, jobd_port, http = serve(start_server, jobs_db, tmp_path)
+    killed, stopped = jobs_db.insert("retried"), jobs_db.insert("retried")
+    (tmp_path / f"kill-{killed}-1").touch()
+    (tmp_path / f"block-{stopped}-1").touch()
+    poll(jobyard_bin, jobd_port, "retried")
+
+    row = jobs_db.wait_status(killed, "done")
+    assert row["result"] == "ok", row
+    assert launches(tmp_path, killed) == 2, "killed by SIGKILL once, then launched again"
+
+    wait(lambda: (tmp_path / f"blocked-{stopped}").exists(), "the blocking launch")
+    sent = subprocess.run([str(jobyard_bin), "jobctl", "--port", str(jobd_port),
+                           "send-signal", str(stopped), "SIGTERM"],
+                          capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    row = jobs_db.wait_status(stopped, "done")
+    assert (row["result"], row["sig"]) == ("fail", "SIGTERM"), row
+    assert launches(tmp_path, stopped) == 1, "the operator stopped it: no retry"
     assert dead_letters(http) == []
