@@ -1,9 +1,9 @@
 """A full PostgreSQL disk behaves like the file log's full disk (docs/postgres.md): the
 log's table lives in a tablespace on a small tmpfs; once that is full, new jobs are refused
-(beanstalkd OUT_OF_MEMORY), the batch that could not go in is retried and nothing in it is
-acknowledged meanwhile, the server keeps running; once there is room, the waiting put and
-a delete issued while full go in, new jobs are accepted again, and a restart finds every
-acknowledged change.
+(beanstalkd OUT_OF_MEMORY, Gearman ERROR OUT_OF_MEMORY), the batch that could not go in is
+retried and nothing in it is acknowledged meanwhile, the server keeps running; once there
+is room, the waiting put and a delete issued while full go in, new jobs are accepted again,
+and a restart finds every acknowledged change.
 
 Mounting the tmpfs needs root (CI runs the tests as root): run as another user, the test
 fails saying so rather than skipping silently."""
@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -20,6 +22,7 @@ import time
 import greenstalk
 import pytest
 
+from jobyard_testlib import HOST, free_port
 from pg_testlib import PG_USER, Postgres
 
 # Small enough to fill in an instant, large enough for the server's first batches.
@@ -50,6 +53,21 @@ def fill(directory) -> str:
                 if len(chunk) == 1:
                     return path
                 chunk = chunk[: len(chunk) // 2]
+
+
+def gearman_submit_bg(port: int, function: bytes, data: bytes):
+    """Sends one SUBMIT_JOB_BG; returns the reply's type and arguments."""
+    body = function + b"\0" + b"\0" + data
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(b"\0REQ" + struct.pack(">II", 18, len(body)) + body)
+        head = b""
+        while len(head) < 12:
+            head += s.recv(12 - len(head))
+        kind, size = struct.unpack(">II", head[4:])
+        rest = b""
+        while len(rest) < size:
+            rest += s.recv(size - len(rest))
+    return kind, rest.split(b"\0")
 
 
 class InThread:
@@ -98,7 +116,9 @@ def test_a_full_postgresql_disk_refuses_new_jobs_and_loses_nothing(start_server,
         pg.sql(f"CREATE TABLESPACE small LOCATION '{space}'")
         db = pg.create_database("disk_full")
         monkeypatch.setenv("PGPASSWORD", pg.password)
-        args = ("--storage", pg.url(db), "--max-job-size", str(BIG_BODY * 2))
+        gearman = free_port()
+        args = ("--storage", pg.url(db), "--max-job-size", str(BIG_BODY * 2),
+                "--gearman-listen", f"{HOST}:{gearman}")
         srv = start_server(extra_args=args)
         servers.append(srv)
         pg.sql("ALTER TABLE jobyard.log SET TABLESPACE small", db=db)
@@ -116,6 +136,8 @@ def test_a_full_postgresql_disk_refuses_new_jobs_and_loses_nothing(start_server,
         with greenstalk.Client(srv.address) as client:
             with pytest.raises(greenstalk.OutOfMemoryError):
                 client.put("refused while full")
+        kind, reply = gearman_submit_bg(gearman, b"fn", b"refused while full")
+        assert (kind, reply[0]) == (19, b"OUT_OF_MEMORY"), (kind, reply)  # ERROR
         # A delete of a job stored before: retried until there is room.
         deleting = InThread(lambda: greenstalk.Client(srv.address).delete(before[0]))
         time.sleep(1.0)
