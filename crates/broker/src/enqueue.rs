@@ -143,13 +143,18 @@ mod consumer {
         // The rows' deletion commits with the batch: once it is durable they are gone, and
         // the next read cannot see them again.
         runtime.block_on(broker.wait_durable(lsn));
+        let counts = broker.log().map(|log| log.stats());
+        if let Some(counts) = counts {
+            // Counted now: the rows are gone whatever happens to the settling below.
+            let put = taken.put as u64;
+            counts.enqueue_consumed.fetch_add(put, Ordering::Relaxed);
+        }
         source.settle(&taken.coalesced, &taken.rejected)?;
-        if let Some(log) = broker.log() {
-            let counts = log.stats();
-            let consumed = (taken.put + taken.coalesced.len()) as u64;
+        if let Some(counts) = counts {
+            let coalesced = taken.coalesced.len() as u64;
             counts
                 .enqueue_consumed
-                .fetch_add(consumed, Ordering::Relaxed);
+                .fetch_add(coalesced, Ordering::Relaxed);
             let rejected = taken.rejected.len() as u64;
             counts
                 .enqueue_rejected
