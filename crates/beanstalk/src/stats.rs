@@ -128,8 +128,8 @@ impl Stats {
             kv(name, &n);
         }
         let (utime, stime) = rusage();
-        kv("job-timeouts", &engine.job_timeouts);
-        kv("total-jobs", &engine.total_jobs);
+        kv("job-timeouts", &engine.job_timeouts());
+        kv("total-jobs", &engine.total_jobs());
         kv("max-job-size", &max_job_size);
         kv("current-tubes", &engine.queue_count());
         kv("current-connections", &load(&metrics.connections));

@@ -77,10 +77,11 @@ pub struct Engine {
     pub(crate) notices: Vec<Notice>,
     /// Queues that gained ready jobs (or lease room) since waiters were last served.
     pub(crate) to_serve: Vec<QueueId>,
-    /// Jobs created since start (recovered ones not included).
-    pub total_jobs: u64,
-    /// Leases that ran out since start.
-    pub job_timeouts: u64,
+    /// Jobs created since start (recovered ones not included); read through
+    /// [`Engine::total_jobs`], so only the engine counts.
+    pub(crate) total_jobs: u64,
+    /// Leases that ran out since start; read through [`Engine::job_timeouts`].
+    pub(crate) job_timeouts: u64,
     pub(crate) live_bytes: u64,
     /// Unique keys of the jobs that have one, both ways.
     pub(crate) unique_of: HashMap<JobId, Bytes>,
@@ -179,6 +180,17 @@ impl Engine {
             c.buried += queue.buried.len() as u64;
         }
         c
+    }
+
+    /// Jobs created since start, over every queue (recovered ones not included): beanstalkd's
+    /// `total-jobs`, the dashboard's jobs created.
+    pub fn total_jobs(&self) -> u64 {
+        self.total_jobs
+    }
+
+    /// Leases that ran out since start: beanstalkd's `job-timeouts`.
+    pub fn job_timeouts(&self) -> u64 {
+        self.job_timeouts
     }
 
     /// Remembers the time an operation was given (see `last_now`).

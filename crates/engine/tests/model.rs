@@ -639,8 +639,8 @@ impl World {
         let now = self.now;
         prop_assert_eq!(e.next_id(), m.next_id);
         prop_assert_eq!(e.job_count(), m.jobs.len());
-        prop_assert_eq!(e.job_timeouts, m.job_timeouts);
-        prop_assert_eq!(e.total_jobs, m.total_jobs);
+        prop_assert_eq!(e.job_timeouts(), m.job_timeouts);
+        prop_assert_eq!(e.total_jobs(), m.total_jobs);
         for id in 0..=m.next_id {
             let want = m.jobs.iter().find(|j| j.id == id);
             let got = e.job(id);
@@ -891,7 +891,7 @@ proptest! {
         prop_assert_eq!(buried_order(&r, max_id), want_buried);
         prop_assert_eq!(r.next_id(), e.next_id());
         prop_assert_eq!(r.counts().reserved, 0);
-        prop_assert_eq!(r.total_jobs, 0);
+        prop_assert_eq!(r.total_jobs(), 0);
     }
 }
 

@@ -536,14 +536,14 @@ fn an_expired_lease_makes_the_job_ready_counts_it_and_tells_the_holder() {
     assert_eq!(e.next_deadline(), Some(T0 + 2 * SEC));
     e.tick(T0 + 2 * SEC - 1);
     assert_eq!(state(&e, id), JobState::Reserved);
-    assert_eq!(e.job_timeouts, 0);
+    assert_eq!(e.job_timeouts(), 0);
     e.tick(T0 + 2 * SEC);
     let job = e.job(id).unwrap();
     assert_eq!(job.state, JobState::Ready);
     assert_eq!(job.timeouts, 1);
     assert_eq!(job.reserves, 1);
     assert_eq!(job.releases, 0);
-    assert_eq!(e.job_timeouts, 1);
+    assert_eq!(e.job_timeouts(), 1);
     assert_eq!(e.counts().reserved, 0);
     assert_eq!(e.counts().ready, 1);
     assert_eq!(
@@ -561,7 +561,7 @@ fn an_expired_lease_makes_the_job_ready_counts_it_and_tells_the_holder() {
     e.tick(T0 + 5 * SEC);
     assert_eq!(e.job(id).unwrap().timeouts, 2);
     assert_eq!(e.job(id).unwrap().reserves, 2);
-    assert_eq!(e.job_timeouts, 2);
+    assert_eq!(e.job_timeouts(), 2);
     assert_eq!(
         notices(&mut e),
         vec![notice(B, NoticeKind::LeaseExpired(id))]
@@ -1365,7 +1365,7 @@ fn counts_follow_every_state_and_urgency() {
     assert_eq!(e.queue(a).urgent, 1);
     assert_eq!(e.queue(b).urgent, 0);
     assert_eq!(e.queue(a).total_jobs, 3);
-    assert_eq!(e.total_jobs, 5);
+    assert_eq!(e.total_jobs(), 5);
     assert_eq!(e.job_count(), 5);
     // A buried urgent job is not counted as urgent; a kicked one is.
     assert_eq!(e.kick(a, 1, T0), 1);
@@ -1535,7 +1535,7 @@ fn snapshot_replayed_into_a_fresh_engine_rebuilds_the_same_jobs() {
     assert_eq!(r.counts().buried, e.counts().buried);
     assert_eq!(r.counts().delayed, e.counts().delayed);
     // Replaying is not counted as new jobs, and makes no changes or notices.
-    assert_eq!(r.total_jobs, 0);
+    assert_eq!(r.total_jobs(), 0);
     assert!(!r.has_changes());
     assert!(notices(&mut r).is_empty());
     // Ids continue from where the original was, past the deleted highest id.

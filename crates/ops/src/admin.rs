@@ -126,7 +126,7 @@ async fn overview(State(broker): State<Arc<Broker>>) -> Json<Value> {
     });
     let (jobs, total) = {
         let txn = broker.lock();
-        (txn.job_count(), txn.total_jobs)
+        (txn.job_count(), txn.total_jobs())
     };
     Json(json!({
         "now_ms": now,

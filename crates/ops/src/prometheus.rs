@@ -125,7 +125,7 @@ fn record_queues(broker: &Broker) {
                 lease_limit: q.lease_limit,
             })
             .collect();
-        (txn.total_jobs, txn.job_timeouts, queues)
+        (txn.total_jobs(), txn.job_timeouts(), queues)
     };
     counter!("jobyard_jobs_created_total").absolute(created);
     counter!("jobyard_leases_expired_total").absolute(expired);
