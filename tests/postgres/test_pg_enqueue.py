@@ -7,6 +7,8 @@ under continuous inserts, every committed row is a job exactly once."""
 from __future__ import annotations
 
 import collections
+import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -146,13 +148,28 @@ def test_every_row_of_big_and_concurrent_transactions_is_a_job_exactly_once(
     assert [b for b, n in bodies.items() if n > 1] == []
 
 
+def gearman_submit_bg(port: int, function: bytes, unique: bytes, data: bytes) -> int:
+    """Sends one SUBMIT_JOB_BG; returns the reply's packet type (8: JOB_CREATED)."""
+    body = function + b"\0" + unique + b"\0" + data
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(b"\0REQ" + struct.pack(">II", 18, len(body)) + body)
+        head = b""
+        while len(head) < 12:
+            head += s.recv(12 - len(head))
+    return struct.unpack(">I", head[4:8])[0]
+
+
 def test_a_row_whose_unique_key_matches_a_live_job_makes_no_second_one(
     postgres, pg_url, start_pg_server
 ):
-    srv = start_pg_server()
+    gearman = free_port()
+    srv = start_pg_server(extra_args=("--gearman-listen", f"{HOST}:{gearman}"))
     sql(postgres, pg_url, """
         INSERT INTO jobyard.enqueue (queue, body, unique_key) VALUES ('mail', 'first', 'k1')""")
     wait_until(lambda: enqueue_rows(postgres, pg_url) == 0, what="the first row")
+    # Gearman's unique ids are the same keys: a background job of the function with the
+    # row's key coalesces into the row's job.
+    assert gearman_submit_bg(gearman, b"mail", b"k1", b"from gearman") == 8  # JOB_CREATED
     sql(postgres, pg_url, """
         INSERT INTO jobyard.enqueue (queue, body, unique_key) VALUES
             ('mail', 'second', 'k1'),
