@@ -45,3 +45,38 @@ pub(crate) async fn cluster(State(api): State<Api>) -> Json<Value> {
         })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobyard_broker::{Addrs, Role};
+
+    #[test]
+    fn a_standby_document_names_its_leader_and_lag() {
+        let state = ClusterState {
+            node: "b".into(),
+            role: Role::Standby,
+            epoch: 4,
+            leader: Some("a".into()),
+            leader_addrs: Addrs::default(),
+            lag_ms: 12,
+            nodes: vec![
+                ClusterNode {
+                    node: "a".into(),
+                    role: "leader".into(),
+                },
+                ClusterNode {
+                    node: "b".into(),
+                    role: "standby".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            cluster_document(&state),
+            json!({
+                "role": "standby", "epoch": 4, "leader": "a", "node": "b", "lag_ms": 12,
+                "nodes": [{"node": "a", "role": "leader"}, {"node": "b", "role": "standby"}],
+            })
+        );
+    }
+}
