@@ -75,6 +75,15 @@ pub type Millis = u64;
 /// Priorities below this count as "urgent" in statistics (beanstalkd's threshold).
 pub const URGENT_PRIORITY: u32 = 1024;
 
+/// Priority of a job put without one where the protocol has no default of its own (the
+/// HTTP API, periodic jobs' schedules): Gearman's normal priority, so these jobs and
+/// Gearman's of the same queue are served in arrival order.
+pub const DEFAULT_PRIORITY: u32 = 1024;
+
+/// Seconds a lease lasts when neither the job nor the lease request says (the HTTP API,
+/// periodic jobs' schedules).
+pub const DEFAULT_TTR: u32 = 60;
+
 /// How long before a lease ends its holder is warned instead of being given more work.
 pub const SAFETY_MARGIN_MS: Millis = 1000;
 

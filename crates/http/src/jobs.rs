@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use jobyard_broker::{Broker, ProtocolMetrics};
-use jobyard_engine::{EndStatus, JobEnd, JobState, NewJob, NoticeKind};
+use jobyard_engine::{
+    EndStatus, JobEnd, JobState, NewJob, NoticeKind, DEFAULT_PRIORITY, DEFAULT_TTR,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -17,12 +19,6 @@ use crate::leasing::holder;
 use crate::limits::{BODY_PREVIEW_BYTES, MAX_WAIT_MS};
 use crate::queues::check_plain_queue;
 use crate::state::{Api, Command};
-
-/// Priority of a job put without one: Gearman's normal priority, so HTTP and Gearman jobs
-/// of the same queue are served in arrival order.
-pub const DEFAULT_PRIORITY: u32 = 1024;
-/// Seconds a lease lasts when neither the job nor the lease request says.
-pub const DEFAULT_TTR: u32 = 60;
 
 /// `POST /v1/queues/{queue}/jobs`.
 #[derive(Deserialize)]

@@ -9,12 +9,13 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Json;
 use jobyard_broker::{Broker, ScheduleSpec};
-use jobyard_engine::{Millis, MissedTicks, Overlap, Schedule, Timing};
+use jobyard_engine::{
+    Millis, MissedTicks, Overlap, Schedule, Timing, DEFAULT_PRIORITY, DEFAULT_TTR,
+};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
-use crate::jobs::{DEFAULT_PRIORITY, DEFAULT_TTR};
 use crate::queues::check_queue_name;
 use crate::state::Api;
 

@@ -6,13 +6,10 @@
 //! the HTTP API or `jobyard ctl schedules delete` (docs/schedules.md).
 
 use jobyard_broker::{Broker, ScheduleSpec};
-use jobyard_engine::Schedule;
+// A scheduled job's priority and TTR unless its table says otherwise: the HTTP API's.
+use jobyard_engine::{Schedule, DEFAULT_PRIORITY, DEFAULT_TTR};
 use serde::Deserialize;
 
-/// The priority and TTR of a scheduled job unless its table says otherwise: the HTTP
-/// API's defaults for a put.
-const DEFAULT_PRIORITY: u32 = 1024;
-const DEFAULT_TTR: u32 = 60;
 /// The longest schedule or queue name, as for the HTTP API's queues.
 const MAX_NAME_BYTES: usize = 200;
 
