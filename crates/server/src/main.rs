@@ -9,6 +9,7 @@ mod malloc_tuning;
 mod package_files;
 mod run;
 mod settings;
+mod standby;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 

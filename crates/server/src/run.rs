@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use jobyard_broker::budget::InflightBudget;
-use jobyard_broker::{Broker, Compaction, StorageOptions};
+use jobyard_broker::{Broker, ClusterView, Compaction, StorageOptions};
 use jobyard_net::placement::Placement;
 use jobyard_net::{listen, FrontEnd, Gate, Listener, TcpFrontEnd};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Notify;
 
 use crate::settings::{LogFormat, Settings};
+use crate::standby::{self, DoorConfig, FrontDoor, HandedOver};
 
 /// A start-up failure: its message and the process exit code (beanstalkd's codes).
 struct Fatal(String, i32);
@@ -64,7 +65,10 @@ fn storage_shown(settings: &Settings) -> String {
     }
 }
 
-fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
+fn open_broker(
+    settings: &Settings,
+    cluster_view: Option<Arc<ClusterView>>,
+) -> Result<Arc<Broker>, Fatal> {
     // beanstalkd creates `default` before replaying its log, so `list-tubes` (creation
     // order) starts with it after a restart too.
     let queues_first = match settings.beanstalk_listen {
@@ -84,26 +88,71 @@ fn open_broker(settings: &Settings) -> Result<Arc<Broker>, Fatal> {
         hot_body_bytes: settings.hot_body_bytes,
         queues_first,
         postgres: settings.postgres.clone(),
-        cluster_view: None,
+        cluster_view,
     })
     .map_err(|e| Fatal(e.message, e.exit_code))
 }
 
 /// [`open_broker`] on a blocking thread, so that SIGTERM or SIGINT while it waits (for
 /// PostgreSQL to answer, or as a standby for the leader's lease) stops the process:
-/// nothing has been served yet, so there is nothing to finish.
+/// nothing has been served yet by this node, so there is nothing to finish.
+///
+/// With PostgreSQL storage, while this node is a standby the front door forwards its
+/// clients to the leader (crate::standby); once the node leads, the door closes and its
+/// listening sockets are returned for the real front ends.
 async fn open_broker_or_stop(
     settings: &Settings,
     signals: &mut Signals,
-) -> Result<Arc<Broker>, Fatal> {
+    activated: &mut Vec<(Option<String>, Listener)>,
+) -> Result<(Arc<Broker>, Option<HandedOver>), Fatal> {
+    let view = settings
+        .postgres
+        .as_ref()
+        .map(|pg| Arc::new(ClusterView::new(pg.node_name.clone())));
     let opening = {
         let settings = settings.clone();
-        tokio::task::spawn_blocking(move || open_broker(&settings))
+        let view = view.clone();
+        tokio::task::spawn_blocking(move || open_broker(&settings, view))
     };
-    tokio::select! {
-        opened = opening => opened.map_err(|e| Fatal(format!("opening storage failed: {e}"), 1))?,
-        _ = signals.term.recv() => stop_while_opening("SIGTERM"),
-        _ = signals.int.recv() => stop_while_opening("SIGINT"),
+    tokio::pin!(opening);
+    let mut front_door: Option<FrontDoor> = None;
+    loop {
+        let standing_by = async {
+            match &view {
+                Some(view) if front_door.is_none() => standby::standing_by(view).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            opened = &mut opening => {
+                let broker =
+                    opened.map_err(|e| Fatal(format!("opening storage failed: {e}"), 1))??;
+                let handed = match front_door.take() {
+                    Some(door) => Some(door.close().await),
+                    None => None,
+                };
+                return Ok((broker, handed));
+            }
+            () = standing_by => {
+                let view = view.clone().expect("a view with PostgreSQL storage");
+                let door = FrontDoor::open(&door_config(settings), view, activated)
+                    .await
+                    .map_err(|e| Fatal(e, 111))?;
+                front_door = Some(door);
+            }
+            _ = signals.term.recv() => stop_while_opening("SIGTERM"),
+            _ = signals.int.recv() => stop_while_opening("SIGINT"),
+        }
+    }
+}
+
+/// What a standby's front door listens on: the listeners the node will serve on.
+fn door_config(settings: &Settings) -> DoorConfig {
+    DoorConfig {
+        beanstalk: settings.beanstalk_listen.clone(),
+        gearman: settings.gearman_listen.clone(),
+        http: (settings.http_listen.clone()).map(|addr| (addr, (*settings.http_security).clone())),
+        max_connections: settings.max_connections,
     }
 }
 
@@ -117,7 +166,24 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     // Taken over first: a SIGTERM that arrives while the server starts (after its first
     // replies, before the main loop) must mean a clean stop, not the default kill.
     let mut signals = Signals::install();
-    let broker = open_broker_or_stop(&settings, &mut signals).await?;
+    // systemd socket activation replaces the configured addresses, as in beanstalkd.
+    // Taken before storage opens: a standby's front door listens on the same sockets.
+    let mut activated =
+        listen::activated().map_err(|e| Fatal(format!("socket activation: {e}"), 111))?;
+    if !activated.is_empty() {
+        tracing::info!(
+            "socket activation: {} socket(s) from systemd",
+            activated.len()
+        );
+    }
+    let (broker, handed_over) =
+        open_broker_or_stop(&settings, &mut signals, &mut activated).await?;
+    let mut front_door_http = None;
+    if let Some(handed) = handed_over {
+        // The front door's sockets, taken by name as systemd's are.
+        activated.splice(0..0, handed.streams);
+        front_door_http = handed.http;
+    }
     broker.start();
     broker.start_enqueue(settings.max_job_size as usize);
     // Flows of the config are declared (logged only when new or changed) before any
@@ -137,15 +203,8 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     // And its schedules, before a front end could see their first jobs.
     crate::settings::schedules::apply(&broker, &settings.schedules).await;
 
-    // systemd socket activation replaces the configured addresses, as in beanstalkd.
-    let mut activated =
-        listen::activated().map_err(|e| Fatal(format!("socket activation: {e}"), 111))?;
-    if !activated.is_empty() {
-        tracing::info!(
-            "socket activation: {} socket(s) from systemd",
-            activated.len()
-        );
-    }
+    // The HTTP front end binds its address itself: the front door's socket goes first.
+    drop(front_door_http);
     // Notified by the Gearman admin `shutdown` command, when that command is allowed.
     let admin_shutdown = Arc::new(Notify::new());
     let front_ends = front_ends(&settings, &broker, &mut activated, &admin_shutdown).await?;

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use clap::Args;
 use jobyard_engine::flows::FlowDefinition;
-use jobyard_storage::{redact_url, FsyncMode, PgLocation, DEFAULT_PG_SCHEMA};
+use jobyard_storage::{redact_url, Addrs, FsyncMode, PgLocation, DEFAULT_PG_SCHEMA};
 
+mod advertise;
 pub(crate) mod queue_policies;
 pub(crate) mod schedules;
 
@@ -156,6 +157,11 @@ pub struct ServeArgs {
     /// port of the HTTP listener].
     #[arg(long, env = "JOBYARD_NODE_NAME")]
     pub node_name: Option<String>,
+    /// The host other nodes sharing --storage use to reach this node's listeners (a
+    /// standby forwards its clients there when this node leads) [default: the listen
+    /// address's host, or this machine's host name when that is 0.0.0.0 or ::].
+    #[arg(long, env = "JOBYARD_ADVERTISE_HOST")]
+    pub advertise_host: Option<String>,
     /// Address for beanstalkd clients, or `off` [default: 127.0.0.1:11300].
     #[arg(long, env = "JOBYARD_BEANSTALK_LISTEN")]
     pub beanstalk_listen: Option<String>,
@@ -376,6 +382,7 @@ fn postgres_location(
     storage: Option<String>,
     schema: Option<String>,
     node_name: String,
+    advertise: Addrs,
 ) -> Result<Option<PgLocation>, String> {
     let Some(url) = storage else {
         return match schema {
@@ -394,16 +401,14 @@ fn postgres_location(
         url,
         schema: schema.unwrap_or_else(|| DEFAULT_PG_SCHEMA.to_string()),
         node_name,
-        advertise: Default::default(),
+        advertise,
     }))
 }
 
 /// A node's name unless `--node-name` says otherwise: the host's name and the port of
 /// its HTTP listener (`listen`), which tells two nodes on one host apart.
 fn default_node_name(listen: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+    let host = advertise::hostname();
     match listen.rsplit_once(':') {
         Some((_, port)) if port.parse::<u16>().is_ok() => format!("{host}:{port}"),
         _ => format!("{host}:{}", std::process::id()),
@@ -450,7 +455,25 @@ impl ServeArgs {
         }
         let http = self.http_listen.as_deref().unwrap_or("127.0.0.1:8080");
         let node_name = (self.node_name.clone()).unwrap_or_else(|| default_node_name(http));
-        let postgres = postgres_location(self.storage, self.storage_schema, node_name)?;
+        let beanstalk_listen = listen(
+            self.beanstalk_listen
+                .unwrap_or_else(|| "127.0.0.1:11300".into()),
+        );
+        let gearman_listen = listen(
+            self.gearman_listen
+                .unwrap_or_else(|| "127.0.0.1:4730".into()),
+        );
+        let http_listen = listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into()));
+        if self.advertise_host.is_some() && self.storage.is_none() {
+            return Err("--advertise-host needs --storage postgres://...".into());
+        }
+        let advertise = advertise::advertised(
+            self.advertise_host.as_deref(),
+            beanstalk_listen.as_deref(),
+            gearman_listen.as_deref(),
+            http_listen.as_deref(),
+        );
+        let postgres = postgres_location(self.storage, self.storage_schema, node_name, advertise)?;
         Ok(Settings {
             data_dir: Some(
                 self.data_dir
@@ -460,10 +483,7 @@ impl ServeArgs {
             bodies_in_log: self.bodies_in_log.unwrap_or(defaults.bodies_in_log)
                 && postgres.is_none(),
             postgres,
-            beanstalk_listen: listen(
-                self.beanstalk_listen
-                    .unwrap_or_else(|| "127.0.0.1:11300".into()),
-            ),
+            beanstalk_listen,
             fsync: match &self.fsync {
                 Some(mode) => parse_fsync(mode)?,
                 None => defaults.fsync,
@@ -481,11 +501,8 @@ impl ServeArgs {
             log_format: self.log_format.unwrap_or(defaults.log_format),
             threads: self.threads.filter(|&n| n > 0),
             thread_model: self.thread_model,
-            gearman_listen: listen(
-                self.gearman_listen
-                    .unwrap_or_else(|| "127.0.0.1:4730".into()),
-            ),
-            http_listen: listen(self.http_listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
+            gearman_listen,
+            http_listen,
             wmp: self.wmp_listen.and_then(listen).map(|listen| {
                 Box::new(WmpSettings {
                     listen,
@@ -788,6 +805,37 @@ mod tests {
             "{err}"
         );
         let err = serve(&["--storage-schema", "x"]).unwrap_err();
+        assert!(err.contains("--storage"), "{err}");
+    }
+
+    #[test]
+    fn the_advertised_listeners_go_to_the_storage_with_the_advertise_host() {
+        let s = serve(&[
+            "--storage",
+            "postgres://a@h/d",
+            "--beanstalk-listen",
+            "0.0.0.0:11311",
+            "--gearman-listen",
+            "off",
+            "--http-listen",
+            "127.0.0.1:8088",
+        ])
+        .unwrap();
+        let advertise = &s.postgres.as_ref().unwrap().advertise;
+        assert_eq!(advertise.gearman, None);
+        assert_eq!(advertise.http.as_deref(), Some("127.0.0.1:8088"));
+        assert!(advertise.beanstalk.as_deref().unwrap().ends_with(":11311"));
+        let s = serve(&[
+            "--storage",
+            "postgres://a@h/d",
+            "--advertise-host",
+            "n1.lan",
+        ])
+        .unwrap();
+        let advertise = &s.postgres.as_ref().unwrap().advertise;
+        assert_eq!(advertise.beanstalk.as_deref(), Some("n1.lan:11300"));
+        assert_eq!(advertise.gearman.as_deref(), Some("n1.lan:4730"));
+        let err = serve(&["--advertise-host", "n1.lan"]).unwrap_err();
         assert!(err.contains("--storage"), "{err}");
     }
 
