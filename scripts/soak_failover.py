@@ -1,7 +1,8 @@
 """The failover soak (scripts/soak_failover.sh): its own PostgreSQL, three supervised
 jobyard nodes on it, mixed load of real clients (beanstalkd through greenstalk, Gearman
 through gearman3, HTTP jobs and a two-stage HTTP flow through requests), and the leader
-killed -9 N times at random moments. At the end everything left is drained and the ledger
+taken away N times at random moments (`FAULTS`: killed -9 as a crash or a lost machine, or
+paused past its lease). At the end everything left is drained and the ledger
 (tests/failover_testlib.py) prints `lost=… resurrected=… duplicated=…`; the exit status is
 1 if anything acknowledged was lost or resurrected (or a job appeared that no client sent).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -24,8 +26,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from failover_testlib import (FLOW, FLOW_STAGES, BeanstalkConsumer, BeanstalkProducer,  # noqa: E402
                               FlowCreator, FlowWorker, GearmanSubmitter, GearmanWorker,
-                              HttpProducer, HttpWorker, Load, declare_flow, drain, drain_flow)
-from pg_testlib import Cluster, Postgres  # noqa: E402
+                              HttpProducer, HttpWorker, Load, beanstalk_client, declare_flow,
+                              drain, drain_flow)
+from pg_testlib import STEP_DOWN_EXIT, Cluster, Postgres  # noqa: E402
 
 import greenstalk  # noqa: E402
 
@@ -50,18 +53,20 @@ def mixed_load(cluster: Cluster) -> Load:
     return load
 
 
-def first_put(cluster: Cluster, ledger, body: bytes, timeout: float = 60.0) -> float:
-    """Puts `body` through whichever node takes it first, trying each in turn; returns the
-    monotonic time of the acknowledgement (every attempt is in the ledger)."""
+def first_put(cluster: Cluster, ledger, body: bytes, skip=None, timeout: float = 60.0) -> float:
+    """Puts `body` through whichever node (but `skip`) takes it first, trying each in turn;
+    returns the monotonic time of the acknowledgement (every attempt is in the ledger)."""
     deadline = time.monotonic() + timeout
     n = 0
     while time.monotonic() < deadline:
-        for address in cluster.beanstalk_addresses():
+        for node in cluster.nodes:
+            if node is skip:
+                continue
             n += 1
             attempt = body + b".%d" % n
             try:
-                with greenstalk.Client(address, encoding=None, use="soak-b") as c:
-                    c._sock.settimeout(10)
+                # A put takes milliseconds; one stuck behind a paused leader is given up.
+                with beanstalk_client(node.beanstalk_address, timeout=2, use="soak-b") as c:
                     ledger.put_unanswered(attempt)
                     c.put(attempt)
                     ledger.put_acked(attempt)
@@ -69,7 +74,43 @@ def first_put(cluster: Cluster, ledger, body: bytes, timeout: float = 60.0) -> f
             except (OSError, greenstalk.Error, AssertionError):
                 continue
         time.sleep(0.02)
-    raise AssertionError(f"no node acknowledged a put within {timeout} s of the kill")
+    raise AssertionError(f"no node acknowledged a put within {timeout} s of the fault")
+
+
+# How the leader is taken away: a crash (kill -9, restarted at once), a lost machine ("lost":
+# kill -9, down until another node leads), a pause past the lease (SIGSTOP until another node leads,
+# then SIGCONT: the old leader, fenced, must step down with exit 75).
+FAULTS = ("crash", "lost", "paused")
+# The soak's default: kill -9 only (issue 27's failover figure is over kills).
+DEFAULT_FAULTS = "crash,lost"
+
+
+def fault(cluster: Cluster, load: Load, kind: str, k: int):
+    """Takes the leader away; returns (seconds to the first acknowledged put, new leader)."""
+    old = cluster.leader()
+    pid = old.pid()
+    if kind == "paused":
+        os.kill(pid, signal.SIGSTOP)
+    else:
+        old.kill9(hold=kind == "lost")
+    at = time.monotonic()
+    try:
+        # A paused leader would hold the probe's put: only the others are tried.
+        put_at = first_put(cluster, load.ledger, b"probe-%d" % k,
+                           skip=old if kind == "paused" else None)
+        new = cluster.leader(not_pid=pid)
+    finally:
+        if kind == "paused":
+            os.kill(pid, signal.SIGCONT)
+        old.release()
+    cluster.failovers.append(time.monotonic() - at)
+    if kind == "paused":
+        deadline = time.monotonic() + 30
+        while old.pid() == pid:
+            assert time.monotonic() < deadline, f"the paused leader {old.name} did not step down"
+            time.sleep(0.05)
+        assert old.exits[-1] == STEP_DOWN_EXIT, f"the paused leader exited {old.exits[-1]}"
+    return put_at - at, new
 
 
 def percentile(values, p: float) -> float:
@@ -79,15 +120,21 @@ def percentile(values, p: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kills", type=int)
+    ap.add_argument("kills", type=int, help="how many times the leader is taken away")
+    ap.add_argument("--faults", default=os.environ.get("SOAK_FAULTS", DEFAULT_FAULTS),
+                    help=f"comma-separated kinds to pick from at random: {', '.join(FAULTS)} "
+                         f"(default {DEFAULT_FAULTS})")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--binary", default=os.environ.get("JOBYARD_BIN",
                                                        str(ROOT / "target/debug/jobyard")))
     ap.add_argument("--keep", action="store_true", help="keep the node logs' directory")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    assert faults and all(f in FAULTS for f in faults), f"--faults: pick from {FAULTS}"
     logs = Path(tempfile.mkdtemp(prefix="jobyard-soak-failover-"))
-    print(f"soak: {args.kills} kills of the leader, seed {args.seed}, binary {args.binary}, "
+    print(f"soak: the leader taken away {args.kills} times ({', '.join(faults)}), seed "
+          f"{args.seed}, binary {args.binary}, "
           f"node logs in {logs}", flush=True)
 
     pg = Postgres().start()
@@ -95,7 +142,10 @@ def main() -> int:
     db = pg.create_database("soak")
     cluster = Cluster(args.binary, pg.url(db), logs, size=3, extra_args=NODE_ARGS)
     load = None
-    first_puts = []  # seconds from each kill to the first put a node acknowledged
+    # Seconds from each fault to the first put a node acknowledged (a probe client trying
+    # every node's beanstalkd address in turn), and to a new leader's answer.
+    first_puts = {f: [] for f in FAULTS}
+    failovers = {f: [] for f in FAULTS}
     started = time.monotonic()
     try:
         cluster.start()
@@ -104,23 +154,13 @@ def main() -> int:
         load.wait_for_acks(100)
         for k in range(args.kills):
             time.sleep(rng.uniform(0.2, 3.0))
-            # A lost machine (down until another node leads) or a crash (restarted at once).
-            lost_machine = rng.random() < 0.5
-            old = cluster.leader()
-            pid = old.pid()
-            old.kill9(hold=lost_machine)
-            killed = time.monotonic()
-            try:
-                put_at = first_put(cluster, load.ledger, b"probe-%d" % k)
-                new = cluster.leader(not_pid=pid)
-            finally:
-                old.release()
-            cluster.failovers.append(time.monotonic() - killed)
-            first_puts.append(put_at - killed)
+            kind = rng.choice(faults)
+            put_after, new = fault(cluster, load, kind, k)
+            first_puts[kind].append(put_after)
+            failovers[kind].append(cluster.failovers[-1])
             load.wait_for_acks(50, timeout=60)
-            print(f"kill {k + 1}/{args.kills} ({'machine lost' if lost_machine else 'crash'}): "
-                  f"first put acknowledged {first_puts[-1]:.2f} s after, "
-                  f"{new.name} leads ({cluster.failovers[-1]:.2f} s), "
+            print(f"fault {k + 1}/{args.kills} ({kind}): first put acknowledged {put_after:.2f} s "
+                  f"after, {new.name} leads ({cluster.failovers[-1]:.2f} s), "
                   f"{load.ledger.acks()} puts acknowledged so far", flush=True)
         load.finish()
         leader = cluster.leader()
@@ -140,14 +180,19 @@ def main() -> int:
         cluster.stop()
         pg.destroy()
     took = time.monotonic() - started
-    f = cluster.failovers
     print(f"clients: {load.summary()}")
     print(f"node exits: { {n.name: n.exits for n in cluster.nodes} }")
-    for what, xs in (("kill -9 -> first put acknowledged (any node)", first_puts),
-                     ("kill -9 -> a new leader answers /v1/cluster", f)):
-        print(f"{what}, {len(xs)} kills: min {min(xs):.2f} s, median "
-              f"{statistics.median(xs):.2f} s, p99 {percentile(xs, 99):.2f} s, "
-              f"max {max(xs):.2f} s" if xs else f"{what}: no kills")
+    kills = [*first_puts["crash"], *first_puts["lost"]]
+    groups = [("kill -9 (crash or lost machine) -> first put acknowledged", kills),
+              ("kill -9 -> a new leader answers /v1/cluster",
+               [*failovers["crash"], *failovers["lost"]]),
+              ("pause past the lease -> first put acknowledged by another node",
+               first_puts["paused"])]
+    for what, xs in groups:
+        if xs:
+            print(f"{what}, {len(xs)} times: min {min(xs):.2f} s, median "
+                  f"{statistics.median(xs):.2f} s, p99 {percentile(xs, 99):.2f} s, "
+                  f"max {max(xs):.2f} s")
     print(f"soak took {took:.0f} s; at the end: {snapshots[0]} snapshot(s) (newest section "
           f"{snapshots[1]}), {rows} log rows")
     if load.ledger.refusals:

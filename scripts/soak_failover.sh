@@ -6,7 +6,9 @@
 # killed -9 N times at random moments. Prints `lost=... resurrected=... duplicated=...` and
 # exits non-zero if anything acknowledged was lost or resurrected (scripts/soak_failover.py).
 #
-#   scripts/soak_failover.sh [N]      (default 20; or SOAK_KILLS=N; SOAK_SEED=S to repeat a run)
+#   scripts/soak_failover.sh [N]      (default 20; or SOAK_KILLS=N; SOAK_SEED=S to repeat a run;
+#                                      SOAK_FAULTS=crash,lost,paused to also pause the leader
+#                                      past its lease, which must then step down)
 #
 # Uses $JOBYARD_BIN if set, else builds and uses target/debug/jobyard. Needs PostgreSQL's
 # server package and the Python clients scripts/setup.sh installs (greenstalk, gearman3,

@@ -222,6 +222,17 @@ class Client(threading.Thread):
 # -- beanstalkd (greenstalk) ----------------------------------------------------------------
 
 
+def beanstalk_client(address, timeout: float = REPLY_TIMEOUT, use=None, watch=None):
+    """A greenstalk client whose socket has `timeout` from the start: its constructor's own
+    `use`/`watch` commands must not wait forever on a node that never answers (a paused
+    leader, or a standby's door forwarding to one)."""
+    sock = socket.create_connection(address, timeout=timeout)
+    kw = {"use": use} if use else {}
+    if watch:
+        kw["watch"] = watch
+    return greenstalk.Client(sock, encoding=None, **kw)
+
+
 def is_refusal(e: Exception) -> bool:
     """A greenstalk exception that is the server's explicit error reply (not a broken
     connection or a reply cut short)."""
@@ -236,8 +247,7 @@ class BeanstalkProducer(Client):
         self.tube, self.pause = tube, pause
 
     def session(self, address) -> None:
-        with greenstalk.Client(address, encoding=None, use=self.tube) as c:
-            c._sock.settimeout(REPLY_TIMEOUT)
+        with beanstalk_client(address, use=self.tube) as c:
             while not self.stop.is_set():
                 body = self.body()
                 try:
@@ -262,8 +272,7 @@ class BeanstalkConsumer(Client):
         self.tube = tube
 
     def session(self, address) -> None:
-        with greenstalk.Client(address, encoding=None, watch=self.tube) as c:
-            c._sock.settimeout(REPLY_TIMEOUT)
+        with beanstalk_client(address, watch=self.tube) as c:
             while not self.stop.is_set():
                 try:
                     job = c.reserve(timeout=1)
@@ -602,12 +611,7 @@ def drain(address, queues, timeout: float = 60.0) -> Counter:
     none is ready, reserved or delayed; returns the bodies taken (body -> how many)."""
     left: Counter = Counter()
     deadline = time.monotonic() + timeout
-    with greenstalk.Client(address, encoding=None) as c:
-        c._sock.settimeout(REPLY_TIMEOUT)
-        for q in queues:
-            c.watch(q)
-        if "default" not in queues:
-            c.ignore("default")
+    with beanstalk_client(address, watch=list(queues)) as c:
         while True:
             try:
                 job = c.reserve(timeout=0)

@@ -432,6 +432,24 @@ class Cluster:
         self.failovers.append(time.monotonic() - killed)
         return new
 
+    def pause_leader(self, timeout: float = 30.0) -> SupervisedNode:
+        """SIGSTOP of the leader until another node leads, then SIGCONT: the old leader,
+        fenced, must step down (exit 75; the supervisor restarts it). Returns the new one."""
+        old = self.leader(timeout)
+        pid = old.pid()
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            new = self.leader(timeout, not_pid=pid)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.failovers.append(time.monotonic() - stopped)
+        deadline = time.monotonic() + timeout
+        while old.pid() == pid:
+            assert time.monotonic() < deadline, f"the paused leader {old.name} did not step down"
+            time.sleep(0.05)
+        return new
+
     def beanstalk_addresses(self):
         return [n.beanstalk_address for n in self.nodes]
 

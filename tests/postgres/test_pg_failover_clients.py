@@ -22,7 +22,7 @@ import pytest
 from failover_testlib import (FLOW, FLOW_STAGES, BeanstalkConsumer, BeanstalkProducer,
                               FlowCreator, FlowWorker, GearmanSubmitter, GearmanWorker,
                               HttpProducer, HttpWorker, Load, declare_flow, drain, drain_flow)
-from pg_testlib import Cluster
+from pg_testlib import STEP_DOWN_EXIT, Cluster
 
 pytest.importorskip("gearman")
 
@@ -122,6 +122,25 @@ def test_a_kill9_loop_under_mixed_load(cluster):
     restarted = sum(n.restarts() for n in c.nodes)
     assert restarted >= 3, f"the supervisor restarted {restarted} nodes, expected the 3 killed"
     judge(load, c, flows=True)
+
+
+def test_a_leader_paused_past_its_lease_under_load_steps_down_and_loses_nothing(cluster):
+    c = cluster()
+    load = Load()
+    load.add(BeanstalkProducer, "bp", c.beanstalk_addresses(), "pause-b")
+    load.add(BeanstalkConsumer, "bc", c.beanstalk_addresses(), "pause-b")
+    load.add(HttpProducer, "hp", c.http_bases(), "pause-h")
+    load.add(HttpWorker, "hw", c.http_bases(), "pause-h")
+    load.start()
+    try:
+        load.wait_for_acks(ACKS_AROUND_A_KILL)
+        old = c.leader()
+        c.pause_leader()
+        load.wait_for_acks(ACKS_AROUND_A_KILL)
+    finally:
+        load.finish()
+    assert STEP_DOWN_EXIT in old.exits, f"the paused leader exited {old.exits}, not 75"
+    judge(load, c)
 
 
 def standby_forwards(c: Cluster) -> bool:
