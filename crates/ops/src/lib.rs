@@ -23,8 +23,12 @@ use std::sync::Arc;
 use axum::Router;
 use jobyard_broker::Broker;
 
-/// The operations routes, for the HTTP listener to serve.
+/// The operations routes, for the HTTP listener to serve. Installs the Prometheus recorder
+/// now, as the listener starts, rather than at the first scrape: what is recorded as it
+/// happens (the fsync latency histogram) counts from here, not from whenever Prometheus
+/// first asks.
 pub fn router(broker: Arc<Broker>) -> Router {
+    prometheus::install();
     admin::routes()
         .merge(workers::routes())
         .merge(history::routes())

@@ -4,8 +4,10 @@
 //! Nothing here runs per job. The hot path bumps the registry's atomics; a scrape copies
 //! them into the exporter (`absolute` for counters, `set` for gauges) and renders. The one
 //! metric recorded as it happens is the log's fsync latency histogram (once per sync, not
-//! per job), recorded by storage through the same facade. The lease-to-complete histograms
-//! are the broker's own buckets, written out by [`crate::lease_histogram`].
+//! per job), recorded by storage through the same facade: the recorder is installed when
+//! the HTTP listener starts ([`crate::router`]), so fsyncs from then on are in it, whether or
+//! not anything has scraped yet. The lease-to-complete histograms are the broker's own
+//! buckets, written out by [`crate::lease_histogram`].
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
