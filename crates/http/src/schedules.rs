@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, PathText};
 use crate::queues::check_queue_name;
-use crate::state::Api;
+use crate::state::{Api, Command};
 
 /// (method, path, handler) of the schedules' routes, for the API's table.
 pub fn table() -> Vec<(&'static str, &'static str, MethodRouter<Api>)> {
@@ -93,6 +93,7 @@ fn no_schedule(name: &str) -> ApiError {
 
 /// `GET /v1/schedules`: every schedule, by name.
 pub async fn list(State(api): State<Api>) -> Json<Value> {
+    api.count(Command::ListSchedules);
     let now = Broker::now();
     let txn = api.broker.lock();
     let schedules: Vec<Value> = txn.schedules().map(|s| schedule_out(s, now)).collect();
@@ -104,6 +105,7 @@ pub async fn show(
     State(api): State<Api>,
     PathText(name): PathText,
 ) -> Result<Json<Value>, ApiError> {
+    api.count(Command::GetSchedule);
     let txn = api.broker.lock();
     let schedule = txn
         .schedule(name.as_bytes())
@@ -118,6 +120,7 @@ pub async fn declare(
     PathText(name): PathText,
     JsonBody(spec): JsonBody<ScheduleSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    api.count(Command::DeclareSchedule);
     check_name(&name)?;
     if api.broker.draining() {
         return Err(ApiError::draining());
@@ -145,6 +148,7 @@ pub async fn remove(
     State(api): State<Api>,
     PathText(name): PathText,
 ) -> Result<Json<Value>, ApiError> {
+    api.count(Command::DeleteSchedule);
     let lsn = {
         let mut txn = api.broker.lock();
         if !txn.delete_schedule(name.as_bytes()) {
@@ -158,11 +162,13 @@ pub async fn remove(
 
 /// `POST /v1/schedules/{schedule}/pause`: no tick enqueues until it is resumed.
 pub async fn pause(State(api): State<Api>, path: PathText) -> Result<Json<Value>, ApiError> {
+    api.count(Command::PauseSchedule);
     set_paused(api, path, true).await
 }
 
 /// `POST /v1/schedules/{schedule}/resume`: ticks enqueue again from the next one on.
 pub async fn resume(State(api): State<Api>, path: PathText) -> Result<Json<Value>, ApiError> {
+    api.count(Command::ResumeSchedule);
     set_paused(api, path, false).await
 }
 

@@ -42,7 +42,7 @@ impl std::ops::Deref for Api {
 }
 
 /// Names of the counted commands, in [`Command`] order (the `http` protocol's metrics).
-pub const COMMAND_NAMES: [&str; 36] = [
+pub const COMMAND_NAMES: [&str; 42] = [
     "put",
     "get-job",
     "delete-job",
@@ -79,6 +79,12 @@ pub const COMMAND_NAMES: [&str; 36] = [
     "dead-letters",
     "retry-dead-letters",
     "discard-dead-letters",
+    "list-schedules",
+    "get-schedule",
+    "declare-schedule",
+    "delete-schedule",
+    "pause-schedule",
+    "resume-schedule",
 ];
 
 /// A counted command: its index in [`COMMAND_NAMES`].
@@ -120,6 +126,12 @@ pub enum Command {
     DeadLetters,
     RetryDeadLetters,
     DiscardDeadLetters,
+    ListSchedules,
+    GetSchedule,
+    DeclareSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ResumeSchedule,
 }
 
 impl Api {
