@@ -87,6 +87,12 @@ impl Queue {
     pub fn buried_len(&self) -> usize {
         self.buried.len()
     }
+    /// Jobs that ended well since start: ended ok by any protocol's complete (or moved on)
+    /// or deleted (beanstalkd's way to finish one). The dashboard's "completed", in its
+    /// queue table and its charts alike.
+    pub fn completed(&self) -> u64 {
+        self.total_ok + self.cmd_delete
+    }
     /// Connections blocked waiting on this queue.
     pub fn waiting(&self) -> usize {
         self.waiters.len()

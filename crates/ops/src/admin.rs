@@ -89,7 +89,8 @@ async fn overview(State(broker): State<Arc<Broker>>) -> Json<Value> {
                     "paused": q.is_paused(now),
                     "lease_limit": q.lease_limit,
                     "created": q.total_jobs,
-                    "completed": q.total_ok,
+                    // As the charts count it (the history's samples): deletes included.
+                    "completed": q.completed(),
                     "failed": q.total_failed,
                     "deleted": q.cmd_delete,
                     "leases_expired": q.total_timeouts,

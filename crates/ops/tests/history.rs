@@ -97,3 +97,47 @@ async fn unknown_queues_and_bad_windows_get_json_errors() {
     let (status, _) = get(&broker, "/admin/api/history?window=99999").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// Has session 7 take a job of `queue` and delete it, as a beanstalkd worker finishes one.
+fn take_and_delete(broker: &Broker, queue: &str) {
+    let mut txn = broker.lock();
+    let q = txn.queue_id_or_create(queue.as_bytes());
+    let now = Broker::now();
+    txn.put(q, 1, 0, 60, Bytes::from_static(b"x"), false, now);
+    let outcome = txn.reserve(7, &[q], WaitMode::Best, Lease::JobTtr, Some(0), false, now);
+    let ReserveOutcome::Reserved(id) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(txn.delete(7, id));
+}
+
+#[tokio::test]
+async fn the_queue_table_and_the_charts_count_the_same_jobs_completed() {
+    let broker = Broker::in_memory();
+    let history = broker.history();
+    {
+        let mut txn = broker.lock();
+        let q = txn.queue_id_or_create(b"mixed");
+        txn.put(q, 9, 0, 60, Bytes::from_static(b"x"), false, Broker::now());
+    }
+    history.record(sampler::read(&broker), 1_000, 1000);
+    work(&broker, "mixed", 3); // two ended ok, one failed
+    take_and_delete(&broker, "mixed");
+    take_and_delete(&broker, "mixed");
+    history.record(sampler::read(&broker), 1_001, 1000);
+
+    let (_, h) = get(&broker, "/admin/api/history?queue=mixed&window=60").await;
+    assert_eq!(h["completed"][1], 4.0, "ended ok or deleted, in 1 s: {h}");
+    let (_, overview) = get(&broker, "/admin/api/overview").await;
+    let mixed = overview["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "mixed")
+        .unwrap();
+    assert_eq!(mixed["completed"], 4, "{mixed}");
+    assert_eq!(
+        (&mixed["failed"], &mixed["deleted"]),
+        (&1.into(), &2.into())
+    );
+}

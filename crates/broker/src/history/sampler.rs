@@ -48,7 +48,7 @@ pub fn read(broker: &Broker) -> Vec<QueueReading> {
             name: q.name.clone(),
             put: q.total_jobs,
             // A beanstalkd job is done when it is deleted: deletes count as completions.
-            completed: q.total_ok + q.cmd_delete,
+            completed: q.completed(),
             failed: q.total_failed,
             ready: q.ready_len() as u32,
             reserved: q.reserved,
