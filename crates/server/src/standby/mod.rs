@@ -289,3 +289,60 @@ async fn accept_http(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    #[tokio::test]
+    async fn a_closed_door_hands_its_sockets_over_with_new_connections_waiting_in_them() {
+        let leader = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let view = Arc::new(ClusterView::new("me".into()));
+        let leader_addr = leader.local_addr().unwrap().to_string();
+        view.update(|s| {
+            s.role = Role::Standby;
+            s.leader = Some("other".into());
+            s.leader_addrs.beanstalk = Some(leader_addr);
+        });
+        // Bound beforehand and passed as systemd would, so the test knows the port.
+        let bound = Listener::bind("127.0.0.1:0").await.unwrap();
+        let door_addr = bound.describe();
+        let mut activated = vec![(Some("beanstalk".to_string()), bound)];
+        let config = DoorConfig {
+            beanstalk: Some(door_addr.clone()),
+            gearman: None,
+            http: None,
+            max_connections: 10,
+        };
+        let door = FrontDoor::open(&config, view, &mut activated)
+            .await
+            .unwrap();
+        assert!(activated.is_empty(), "the door took the passed socket");
+
+        let mut client = TcpStream::connect(&door_addr).await.unwrap();
+        client.write_all(b"list-tubes\r\n").await.unwrap();
+        let (mut at_leader, _) = leader.accept().await.unwrap();
+        let mut got = [0u8; 12];
+        at_leader.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"list-tubes\r\n");
+
+        let mut handed = door.close().await;
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest));
+        assert!(
+            matches!(closed.await, Ok(Ok(0))),
+            "the forwarded connection is closed"
+        );
+        let _waiting = TcpStream::connect(&door_addr).await.unwrap();
+        let (name, listener) = handed.streams.pop().expect("the beanstalkd socket");
+        assert_eq!(name.as_deref(), Some("beanstalk"));
+        assert_eq!(listener.describe(), door_addr);
+        let accepted = tokio::time::timeout(Duration::from_secs(10), listener.accept()).await;
+        assert!(
+            matches!(accepted, Ok(Ok(_))),
+            "the connection made after the close waits in the handed socket"
+        );
+    }
+}
