@@ -1,16 +1,17 @@
 """Failover under load with real clients of each protocol: supervised nodes on one
 PostgreSQL storage (pg_testlib's `Cluster`, restarting a node that exits as systemd would),
-clients that reconnect to whichever node answers, and the leader killed -9 mid-stream.
+clients that reconnect to whichever node answers, and the leader killed -9 mid-stream (or,
+in one test, paused past its lease: once continued it must step down, exit 75).
 
 Each test asserts, through tests/failover_testlib.py's ledger, that no acknowledged job was
 lost, none whose delete or complete was acknowledged came back (resurrected), and nothing
 appeared that no client sent; jobs handed out twice because their end was never
 acknowledged (at-least-once delivery across a failover) are counted and printed.
 
-The clients try every node's address in turn: today only the leader listens; once standbys
-forward their clients to the leader, the same clients go through them too, and
-`test_clients_through_one_standby_address` (skipped until then) keeps clients on one
-standby's address through the kill of the leader behind it.
+The clients try every node's address in turn after a broken connection, so they reach the
+leader directly or through a standby's front door, whichever answers first;
+`test_clients_through_one_standby_address` keeps every client on one standby's address
+through the kill of the leader behind it (skipped on a build whose standbys do not forward).
 """
 
 from __future__ import annotations
