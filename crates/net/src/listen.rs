@@ -8,11 +8,11 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 
-use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, ToSocketAddrs, UnixListener, UnixStream};
 
 /// Connections a TCP listener queues before they are accepted. The kernel caps it at
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
@@ -151,8 +151,20 @@ impl Drop for Listener {
 /// address that binds) with a backlog of [`LISTEN_BACKLOG`]; every protocol's TCP listener
 /// is made here.
 pub async fn bind_tcp(addr: &str) -> io::Result<TcpListener> {
+    bind_first(addr, addr).await
+}
+
+/// [`bind_tcp`] for a host and a port given apart (jobd's `host` and `port` settings),
+/// so an IPv6 address needs no brackets.
+pub async fn bind_tcp_to(host: &str, port: u16) -> io::Result<TcpListener> {
+    bind_first((host, port), host).await
+}
+
+/// The first of `addrs`' addresses that binds; `shown` names them in the error when none
+/// does.
+async fn bind_first(addrs: impl ToSocketAddrs, shown: &str) -> io::Result<TcpListener> {
     let mut failure = None;
-    for candidate in tokio::net::lookup_host(addr).await? {
+    for candidate in tokio::net::lookup_host(addrs).await? {
         match bind_tcp_at(candidate) {
             Ok(listener) => return Ok(listener),
             Err(e) => failure = Some(e),
@@ -161,21 +173,39 @@ pub async fn bind_tcp(addr: &str) -> io::Result<TcpListener> {
     Err(failure.unwrap_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{addr} names no address"),
+            format!("{shown} names no address"),
         )
     }))
 }
 
-/// One address's listener, with the options `TcpListener::bind` sets (address reuse, so a
-/// restarted server binds while its old connections linger in TIME_WAIT).
+/// One address's listener on the current tokio runtime.
 fn bind_tcp_at(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::from_std(bind_tcp_std(addr)?)
+}
+
+/// A non-blocking listener on `addr` with a backlog of [`LISTEN_BACKLOG`], for a front end
+/// with an event loop of its own (the WMP manager's `mio` poll), which cannot take a
+/// tokio listener; [`bind_tcp`] wraps the same socket. Address reuse is on, as
+/// `TcpListener::bind` sets it, so a restarted server binds while its old connections
+/// linger in TIME_WAIT.
+pub fn bind_tcp_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+    // tokio's own `listen` would register the socket with a runtime's reactor; this one
+    // must not depend on a runtime, so the descriptor leaves tokio's socket before it.
+    // SAFETY: `into_raw_fd` gives up the socket's only owner of the descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) };
+    // SAFETY: a plain system call on a descriptor this function owns.
+    if unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG as libc::c_int) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let listener = std::net::TcpListener::from(fd);
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 /// Listening sockets passed by systemd socket activation, in order, with their names
@@ -260,25 +290,49 @@ mod tests {
         send_q.parse().expect("Send-Q is a number")
     }
 
-    #[tokio::test]
-    async fn a_tcp_listener_has_the_burst_backlog_capped_by_somaxconn() {
+    /// [`LISTEN_BACKLOG`] as the kernel caps it (`net.core.somaxconn`).
+    fn expected_backlog() -> u32 {
         let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
             .expect("a Linux kernel")
             .trim()
             .parse()
             .expect("a number");
+        LISTEN_BACKLOG.min(somaxconn)
+    }
+
+    #[tokio::test]
+    async fn a_tcp_listener_has_the_burst_backlog_capped_by_somaxconn() {
         let bound = tcp().await;
         let Listener::Tcp(listener) = &bound else {
             panic!("a TCP address gives a TCP listener");
         };
         let port = listener.local_addr().unwrap().port();
-        assert_eq!(kernel_backlog(port), LISTEN_BACKLOG.min(somaxconn));
+        assert_eq!(kernel_backlog(port), expected_backlog());
+    }
+
+    #[test]
+    fn a_listener_for_an_event_loop_of_its_own_has_the_same_backlog_without_a_runtime() {
+        let listener = bind_tcp_std("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(kernel_backlog(port), expected_backlog());
+        // Non-blocking, as an event loop needs: no one is connecting, so accept returns.
+        let refused = listener.accept().unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock);
     }
 
     #[tokio::test]
     async fn a_host_name_binds_its_address() {
         let listener = bind_tcp("localhost:0").await.unwrap();
         assert!(listener.local_addr().unwrap().ip().is_loopback());
+        let apart = bind_tcp_to("localhost", 0).await.unwrap();
+        assert!(apart.local_addr().unwrap().ip().is_loopback());
+    }
+
+    #[tokio::test]
+    async fn a_host_and_port_given_apart_bind_with_the_burst_backlog() {
+        let listener = bind_tcp_to("127.0.0.1", 0).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(kernel_backlog(port), expected_backlog());
     }
 
     #[tokio::test]

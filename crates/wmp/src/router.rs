@@ -128,7 +128,10 @@ impl Router {
     /// Binds `endpoint` (see [`parse_endpoint`]).
     pub fn bind(endpoint: &str, limits: SessionLimits, heartbeat: Heartbeat) -> io::Result<Router> {
         let addr = parse_endpoint(endpoint)?;
-        let mut listener = TcpListener::bind(addr)
+        // Every jobyard listener's backlog, not mio's 128: a burst of workers connecting at
+        // once is queued, not dropped and retried a second later.
+        let mut listener = jobyard_net::listen::bind_tcp_std(addr)
+            .map(TcpListener::from_std)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {endpoint}: {e}")))?;
         let poll = Poll::new()?;
         poll.registry()

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::{Inner, Master, State};
@@ -34,7 +33,7 @@ impl MasterHandle {
 
 /// Starts jobd-master on the current runtime (`port = 0` picks a free port).
 pub async fn start_master(config: MasterConfig) -> std::io::Result<MasterHandle> {
-    let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
+    let listener = jobyard_net::listen::bind_tcp_to(&config.host, config.port).await?;
     let addr = listener.local_addr()?;
     let master = Master {
         inner: Arc::new(Inner {

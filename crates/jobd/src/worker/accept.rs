@@ -50,7 +50,7 @@ pub async fn start_jobd_with(
     config: JobdConfig,
     sched: EngineScheduler,
 ) -> std::io::Result<JobdHandle> {
-    let listener = TcpListener::bind((config.host.as_str(), config.port)).await?;
+    let listener = jobyard_net::listen::bind_tcp_to(&config.host, config.port).await?;
     Ok(serve_jobd(listener, config, sched, None).await)
 }
 

@@ -44,7 +44,7 @@ impl JobdFrontEnd {
             );
             config.shutdown_timeout = window;
         }
-        let listener = TcpListener::bind((config.host.as_str(), config.port))
+        let listener = jobyard_net::listen::bind_tcp_to(&config.host, config.port)
             .await
             .map_err(|e| {
                 format!(
