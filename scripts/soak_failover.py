@@ -18,6 +18,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,27 +55,39 @@ def mixed_load(cluster: Cluster) -> Load:
 
 
 def first_put(cluster: Cluster, ledger, body: bytes, skip=None, timeout: float = 60.0) -> float:
-    """Puts `body` through whichever node (but `skip`) takes it first, trying each in turn;
-    returns the monotonic time of the acknowledgement (every attempt is in the ledger)."""
+    """Puts `body` through every node (but `skip`) at once, a thread each trying again after
+    a failure, until one acknowledges; returns the monotonic time of the first
+    acknowledgement (every attempt is in the ledger). In parallel, so that an attempt
+    stuck on one node (a door still spliced to a paused leader) does not delay the figure."""
+    done = threading.Event()
+    acked: list = []
     deadline = time.monotonic() + timeout
-    n = 0
-    while time.monotonic() < deadline:
-        for node in cluster.nodes:
-            if node is skip:
-                continue
+
+    def probe(node) -> None:
+        n = 0
+        while not done.is_set() and time.monotonic() < deadline:
             n += 1
-            attempt = body + b".%d" % n
+            attempt = body + b".%s.%d" % (node.name.encode(), n)
             try:
                 # A put takes milliseconds; one stuck behind a paused leader is given up.
                 with beanstalk_client(node.beanstalk_address, timeout=2, use="soak-b") as c:
                     ledger.put_unanswered(attempt)
                     c.put(attempt)
                     ledger.put_acked(attempt)
-                    return time.monotonic()
+                    acked.append(time.monotonic())
+                    done.set()
             except (OSError, greenstalk.Error, AssertionError):
-                continue
-        time.sleep(0.02)
-    raise AssertionError(f"no node acknowledged a put within {timeout} s of the fault")
+                time.sleep(0.02)
+
+    threads = [threading.Thread(target=probe, args=(node,), daemon=True)
+               for node in cluster.nodes if node is not skip]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    if not acked:
+        raise AssertionError(f"no node acknowledged a put within {timeout} s of the fault")
+    return min(acked)
 
 
 # How the leader is taken away: a crash (kill -9, restarted at once), a lost machine ("lost":
@@ -94,16 +107,25 @@ def fault(cluster: Cluster, load: Load, kind: str, k: int):
     else:
         old.kill9(hold=kind == "lost")
     at = time.monotonic()
+    answered: list = []
+
+    def watch_leader() -> None:
+        answered.append((cluster.leader(60, not_pid=pid), time.monotonic()))
+
+    watcher = threading.Thread(target=watch_leader, daemon=True)
+    watcher.start()
     try:
         # A paused leader would hold the probe's put: only the others are tried.
         put_at = first_put(cluster, load.ledger, b"probe-%d" % k,
                            skip=old if kind == "paused" else None)
-        new = cluster.leader(not_pid=pid)
+        watcher.join(60)
+        assert answered, "no new leader answered"
+        new, led_at = answered[0]
     finally:
         if kind == "paused":
             os.kill(pid, signal.SIGCONT)
         old.release()
-    cluster.failovers.append(time.monotonic() - at)
+    cluster.failovers.append(led_at - at)
     if kind == "paused":
         deadline = time.monotonic() + 30
         while old.pid() == pid:
