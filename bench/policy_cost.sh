@@ -6,6 +6,7 @@
 #
 #   bash bench/policy_cost.sh [--binary PATH] [--rounds 6] [--duration 5] [--rate 5000]
 #                             [--fsync never|always|interval=MS] [--out FILE.jsonl]
+#                             [--instructions [--jobs 2000] [--keep DIR]]
 #
 # Both queues are declared in one [queues] file that every server loads, so the servers are
 # identical and the only difference is the tube the jobs go through: `guarded` (the policy)
@@ -14,6 +15,13 @@
 # medians (target ≤ 1.05), each round's pair ratio (the spread) and the load average before
 # and after. No job ever fails here, so the retry path itself is not what is measured: the
 # policy's cost on the path every job takes (the checks on put, reserve and delete) is.
+#
+# --instructions also counts the instructions the server executes per job on each tube
+# under valgrind's cachegrind (as bench/instructions.sh does: runs of N and 3N jobs of e2e
+# at 500/s, the difference over the difference of the jobs), which the machine's load does
+# not move; about two minutes (--rounds 0 skips the timed rounds). --keep DIR keeps the cachegrind files, so
+# `cg_diff DIR/plain-6000.out DIR/guarded-6000.out | cg_annotate /dev/stdin` shows where
+# the difference goes.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
@@ -24,6 +32,9 @@ DURATION=5
 RATE=5000
 FSYNC=never
 OUT=""
+INSTRUCTIONS=0
+JOBS=2000
+KEEP=""
 while [ $# -gt 0 ]; do
   case $1 in
     --binary) JY=$2; shift ;;
@@ -32,7 +43,10 @@ while [ $# -gt 0 ]; do
     --rate) RATE=$2; shift ;;
     --fsync) FSYNC=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --instructions) INSTRUCTIONS=1 ;;
+    --jobs) JOBS=$2; shift ;;
+    --keep) KEEP=$2; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift
@@ -41,7 +55,8 @@ done
 [ -x "$JB" ] || die "$JB missing: cargo build --release -p jobyard-bench"
 
 TMP=$(mktemp -d /tmp/jobyard-policy.XXXXXX)
-trap 'stop_server; rm -rf "$TMP"' EXIT
+VG=""
+trap 'stop_server; [ -n "$VG" ] && kill "$VG" 2>/dev/null; rm -rf "$TMP"' EXIT
 JSONL=${OUT:-$TMP/runs.jsonl}
 cat >"$TMP/queues.toml" <<'EOF'
 [queues.guarded]
@@ -73,7 +88,8 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$JSONL" "$LOAD_BEFORE" "$LOAD_AFTER" <<'EOF'
+# --rounds 0: the instruction count alone.
+[ "$ROUNDS" -gt 0 ] && python3 - "$JSONL" "$LOAD_BEFORE" "$LOAD_AFTER" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {"plain": {}, "guarded": {}}
@@ -96,3 +112,37 @@ print(json.dumps({"summary": "policy_cost", "plain_us_per_job": med["plain"],
                   "guarded_us_per_job": med["guarded"], "ratio": ratio, "pair_ratios": pairs,
                   "load_before": sys.argv[2], "load_after": sys.argv[3]}))
 EOF
+
+[ "$INSTRUCTIONS" = 1 ] || exit 0
+command -v valgrind >/dev/null || die "valgrind is missing: apt-get install valgrind"
+# count TUBE JOBS: instructions of a whole server run through JOBS jobs of e2e on TUBE.
+count() {
+  local tube=$1 jobs=$2 port
+  port=$(free_port)
+  rm -rf "$TMP/data"
+  # shellcheck disable=SC2086 # JY_EXTRA is split on purpose
+  valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$TMP/$tube-$jobs.out" \
+    "$JY" serve --data-dir "$TMP/data" --beanstalk-listen "127.0.0.1:$port" --gearman-listen off \
+    --http-listen off --fsync "$FSYNC" $JY_EXTRA >"$TMP/$tube-$jobs.log" 2>&1 &
+  VG=$!
+  wait_port "$port" 60 || die "jobyard did not listen under valgrind (see $TMP/$tube-$jobs.log)"
+  "$JB" beanstalk e2e --addr "127.0.0.1:$port" --rate 500 --duration "$(python3 -c "print($jobs / 500)")" \
+    --conns 8 --workers 8 --size 100 --queue "$tube" --json >"$TMP/$tube-$jobs.json"
+  kill -TERM "$VG"
+  wait "$VG" || true
+  VG=""
+  local refs done_jobs
+  refs=$(sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' "$TMP/$tube-$jobs.log" | tr -d ,)
+  if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$TMP/$tube-$jobs.out" "$KEEP/"; fi
+  done_jobs=$(python3 -c "import json; print(json.load(open('$TMP/$tube-$jobs.json'))['jobs'])")
+  echo "$refs $done_jobs"
+}
+log "instructions per job under cachegrind: e2e at 500/s, $JOBS and $((JOBS * 3)) jobs per tube"
+declare -A PER
+for tube in plain guarded; do
+  small=$(count "$tube" "$JOBS")
+  large=$(count "$tube" $((JOBS * 3)))
+  PER[$tube]=$(python3 -c "import sys; i1, j1, i2, j2 = map(int, sys.argv[1:]); print((i2 - i1) / (j2 - j1))" $small $large)
+  log "$tube: $(printf '%.0f' "${PER[$tube]}") instructions per job"
+done
+python3 -c "import json, sys; p, g = map(float, sys.argv[1:]); print(f'instructions per job: plain {p:,.0f}, guarded {g:,.0f}; guarded / plain {g / p:.3f}'); print(json.dumps({'summary': 'policy_cost_instructions', 'plain_per_job': p, 'guarded_per_job': g, 'ratio': g / p}))" "${PER[plain]}" "${PER[guarded]}"

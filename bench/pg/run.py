@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -162,19 +163,22 @@ class Bench:
 
     def drain(self) -> None:
         a = self.args
-        rows = {"jobyard": [], "defaults": [], "c24": [], "perf": []}
+        consumers = [int(c) for c in str(a.consumers).split(",")]
+        jy_sides = [f"jobyard-{c}" for c in consumers]
+        sides = jy_sides + ["defaults", "c24", "perf"]
+        rows = {side: [] for side in sides}
         for r in range(a.rounds):
-            for side in ["jobyard", "defaults", "c24", "perf"]:
+            for side in sides:
                 url = self.database("drain")
-                if side == "jobyard":
+                if side.startswith("jobyard"):
                     proc, port = self.start_jobyard(url)
                     try:
                         line = self.jb_run("beanstalk", "drain", "--addr", f"{HOST}:{port}",
-                                           "--count", str(a.jobs), "--workers", str(a.consumers),
+                                           "--count", str(a.jobs), "--workers", side.split("-")[1],
                                            "--duration", "600", "--server-pid", str(proc.pid))
                     finally:
                         self.stop(proc)
-                    line = {"side": "jobyard", **{k: line.get(k) for k in (
+                    line = {"side": side, **{k: line.get(k) for k in (
                         "jobs", "jobs_per_s", "prefilled", "lat_p50_us", "lat_p99_us",
                         "server_cpu_us_per_job", "errors", "timed_out")}}
                 else:
@@ -182,37 +186,42 @@ class Bench:
                         "drain", "--url", url, "--jobs", str(a.jobs), "--mode", side)}
                 rows[side].append(self.record({"section": "drain", "round": r, **line}))
         med = {k: statistics.median(x["jobs_per_s"] for x in v) for k, v in rows.items()}
-        self.results["drain"] = {"median_jobs_per_s": med, "rounds": a.rounds,
-                                 "vs_defaults": med["jobyard"] / med["defaults"],
-                                 "vs_c24": med["jobyard"] / med["c24"],
-                                 "vs_perf": med["jobyard"] / med["perf"]}
+        self.results["drain"] = {"median_jobs_per_s": med, "rounds": a.rounds, "jobyard_sides": jy_sides,
+                                 "vs": {j: {p: med[j] / med[p] for p in ("defaults", "c24", "perf")}
+                                        for j in jy_sides}}
 
     def latency(self) -> None:
         a = self.args
-        jy, gw = [], []
+        jy, gw = [], {"defaults": [], "c24": []}
         for r in range(a.rounds):
             url = self.database("lat")
             proc, port = self.start_jobyard(url)
             try:
                 common = ["beanstalk", "e2e", "--addr", f"{HOST}:{port}", "--conns", "1",
-                          "--workers", "1", "--rate", "200", "--server-pid", str(proc.pid)]
+                          "--workers", str(a.latency_consumers), "--rate", "200",
+                          "--server-pid", str(proc.pid)]
                 self.jb_run(*common, "--duration", "1")  # warm-up, as the peer's
                 line = self.jb_run(*common, "--duration", str(a.seconds))
             finally:
                 self.stop(proc)
-            jy.append(self.record({"section": "latency", "round": r, "side": "jobyard", **{
+            jy.append(self.record({"section": "latency", "round": r, "side": "jobyard",
+                                   "consumers": a.latency_consumers, **{
                 k: line.get(k) for k in ("jobs", "lat_p50_us", "lat_p99_us", "lat_max_us",
                                          "put_p50_us", "put_p99_us", "rate_lag_max_ms")}}))
-            url = self.database("lat")
-            gw.append(self.record({"section": "latency", "round": r, "side": "graphile-defaults",
-                                   **self.node("latency", "--url", url, "--rate", "200",
-                                               "--seconds", str(a.seconds), "--warmup", "1")}))
-        j99 = statistics.median(x["lat_p99_us"] for x in jy)
-        g99 = statistics.median(x["lat_p99_us"] for x in gw)
-        self.results["latency"] = {
-            "jobyard_p50_us": statistics.median(x["lat_p50_us"] for x in jy), "jobyard_p99_us": j99,
-            "graphile_p50_us": statistics.median(x["lat_p50_us"] for x in gw), "graphile_p99_us": g99,
-            "p99_ratio": j99 / g99}
+            for mode in gw:
+                url = self.database("lat")
+                gw[mode].append(self.record({
+                    "section": "latency", "round": r, "side": f"graphile-{mode}",
+                    **self.node("latency", "--url", url, "--rate", "200", "--seconds", str(a.seconds),
+                                "--warmup", "1", "--mode", mode)}))
+        med = lambda rows, k: statistics.median(x[k] for x in rows)  # noqa: E731
+        res = {"consumers": a.latency_consumers,
+               "jobyard_p50_us": med(jy, "lat_p50_us"), "jobyard_p99_us": med(jy, "lat_p99_us")}
+        for mode, rows in gw.items():
+            res[f"graphile_{mode}_p50_us"] = med(rows, "lat_p50_us")
+            res[f"graphile_{mode}_p99_us"] = med(rows, "lat_p99_us")
+            res[f"p99_ratio_{mode}"] = res["jobyard_p99_us"] / res[f"graphile_{mode}_p99_us"]
+        self.results["latency"] = res
 
     def put(self) -> None:
         a = self.args
@@ -225,7 +234,8 @@ class Bench:
             proc, port = self.start_jobyard(url)
             try:
                 common = ["beanstalk", "e2e", "--addr", f"{HOST}:{port}", "--conns", "1",
-                          "--workers", "1", "--rate", "1000", "--server-pid", str(proc.pid)]
+                          "--workers", str(a.latency_consumers), "--rate", "1000",
+                          "--server-pid", str(proc.pid)]
                 self.jb_run(*common, "--duration", "1")
                 line = self.jb_run(*common, "--duration", str(a.seconds))
             finally:
@@ -416,11 +426,11 @@ class Bench:
         t0 = time.monotonic()
         try:
             done = 0
-            batch = 100_000
+            batch = 200_000
             while done < a.compaction_jobs:
                 n = min(batch, a.compaction_jobs - done)
                 line = self.jb_run("beanstalk", "drain", "--addr", f"{HOST}:{port}", "--count", str(n),
-                                   "--duration", "600", "--server-pid", str(proc.pid))
+                                   "--workers", "24", "--duration", "600", "--server-pid", str(proc.pid))
                 done += int(line["jobs"])
                 log(f"compaction: {done} jobs put and deleted")
             churn_s = time.monotonic() - t0
@@ -451,8 +461,11 @@ def main() -> None:
     p.add_argument("--bench", required=True)
     p.add_argument("--sections", default=",".join(ALL))
     p.add_argument("--jobs", type=int, default=50_000, help="drain: queued jobs")
-    p.add_argument("--consumers", type=int, default=8, help="drain: jobyard's consumers")
+    p.add_argument("--consumers", default="8,24",
+                   help="drain: jobyard's consumers, a run for each of a comma-separated list")
     p.add_argument("--rounds", type=int, default=1, help="drain, latency, put: rounds")
+    p.add_argument("--latency-consumers", type=int, default=8,
+                   help="latency: jobyard's consumers (graphile-worker: its defaults and 24 concurrent)")
     p.add_argument("--seconds", type=int, default=10, help="latency, put, lag: measured seconds")
     p.add_argument("--cpu-rounds", type=int, default=3)
     p.add_argument("--cpu-seconds", type=int, default=5)
@@ -464,6 +477,9 @@ def main() -> None:
     p.add_argument("--jsonl", required=True)
     p.add_argument("--summary", required=True, help="the results as one JSON document")
     a = p.parse_args()
+    # A stop (Ctrl-C, SIGTERM) still removes the PostgreSQL this run made.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: sys.exit(130))
     b = Bench(a)
     started = loadavg()
     try:
