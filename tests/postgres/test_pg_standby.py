@@ -99,9 +99,12 @@ def delete_many(address, ids) -> None:
                 assert line == b"DELETED", line
 
 
-def drain(address) -> list:
-    """Reserves and deletes every ready job of `default`; returns the bodies."""
+def drain(address, expect: int) -> list:
+    """Reserves and deletes every ready job of `default`; returns the bodies. Waits up to
+    30 s for `expect` of them: a new leader may hold hand-outs for a moment (its lease
+    renewal late on a busy machine), and what is missing then is found by the caller."""
     bodies = []
+    deadline = time.monotonic() + 30
     with socket.create_connection(address, timeout=60) as conn:
         buf = bytearray()
         while True:
@@ -114,7 +117,9 @@ def drain(address) -> list:
                 for line, _ in read_lines(conn, buf, len(got)):
                     assert line == b"DELETED", line
             if len(got) < PIPELINE:
-                return bodies
+                if len(bodies) >= expect or time.monotonic() > deadline:
+                    return bodies
+                time.sleep(0.2)
 
 
 # -- waiting on what the nodes say ---------------------------------------------------------
@@ -186,7 +191,8 @@ def test_a_standby_follows_the_log_and_takes_over_replaying_only_the_tail(cluste
     # the last few batches.
     assert total >= 4000, total
     assert replayed <= 100, (replayed, total)
-    assert sorted(drain(standby.beanstalk_address)) == sorted(kept | set(tail))
+    expected = kept | set(tail)
+    assert sorted(drain(standby.beanstalk_address, len(expected))) == sorted(expected)
 
 
 def wait_for_compaction(postgres, db: str, after_section: int, nodes) -> int:
@@ -250,7 +256,8 @@ def test_a_late_standby_loads_the_snapshot_and_one_compaction_passed_reloads(
     replayed, total = took_over(late)
     print(f"late standby: takeover replayed {replayed} of {total} records")
     assert replayed <= 200, (replayed, total)
-    assert sorted(drain(late.beanstalk_address)) == sorted(kept | set(after))
+    expected = kept | set(after)
+    assert sorted(drain(late.beanstalk_address, len(expected))) == sorted(expected)
 
 
 def test_a_leader_that_loses_postgres_steps_down_within_the_bound(cluster, postgres):
@@ -280,13 +287,5 @@ def test_a_leader_that_loses_postgres_steps_down_within_the_bound(cluster, postg
     # The supervisor restarted it; it waited for PostgreSQL and leads again.
     assert c.leader(timeout=60) is node
     assert node.exits.count(STEP_DOWN_EXIT) == 1, node.exits
-    with greenstalk.Client(node.beanstalk_address) as client:
-        got = set()
-        while True:
-            try:
-                job = client.reserve(timeout=0)
-            except greenstalk.TimedOutError:
-                break
-            got.add(job.body)
-            client.delete(job)
-    assert got == {f"acked-{i}" for i in range(50)}, got
+    got = drain(node.beanstalk_address, 50)
+    assert sorted(got) == sorted(b"acked-%d" % i for i in range(50)), got
