@@ -424,6 +424,19 @@ class Bench:
         db = url.rsplit("/", 1)[1]
         proc, port = self.start_jobyard(url)
         t0 = time.monotonic()
+        stop_vacuum = threading.Event()
+        vacuums = []
+        if a.vacuum_every:
+            # What jobyard vacuuming its own tables after each compaction would do, to tell
+            # whether the bloat is autovacuum's delay (see the report).
+            def vacuum_loop():
+                while not stop_vacuum.wait(a.vacuum_every):
+                    try:
+                        self.pg.sql("VACUUM jobyard.log, jobyard.snapshot_chunks, jobyard.snapshots", db=db)
+                        vacuums.append(time.monotonic() - t0)
+                    except RuntimeError as e:
+                        log(f"vacuum: {e}")
+            threading.Thread(target=vacuum_loop, daemon=True).start()
         try:
             done = 0
             batch = 200_000
@@ -434,10 +447,12 @@ class Bench:
                 done += int(line["jobs"])
                 log(f"compaction: {done} jobs put and deleted")
             churn_s = time.monotonic() - t0
+            stop_vacuum.set()
             settings = {r[0]: r[1] for r in self.pg.sql(
                 "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum%'", db=db)}
             after = self.record({"section": "compaction", "phase": "right after", "jobs": done,
-                                 "churn_s": churn_s, **self.sizes(db)})
+                                 "churn_s": churn_s, "vacuum_every_s": a.vacuum_every,
+                                 "vacuums_during_load": len(vacuums), **self.sizes(db)})
             waited = []
             for w in range(a.autovacuum_wait // 15):
                 time.sleep(15)
@@ -448,8 +463,9 @@ class Bench:
             self.pg.sql("VACUUM FULL", db=db)
             full = self.record({"section": "compaction", "phase": "after VACUUM FULL", **self.sizes(db)})
         finally:
+            stop_vacuum.set()
             self.stop(proc)
-        self.results["compaction"] = {"jobs": done, "right_after": after,
+        self.results["compaction"] = {"jobs": done, "vacuum_every_s": a.vacuum_every, "right_after": after,
                                       "waited": waited[-1] if waited else None,
                                       "after_vacuum": vac, "after_vacuum_full": full,
                                       "autovacuum_settings": settings}
@@ -474,6 +490,8 @@ def main() -> None:
     p.add_argument("--compaction-jobs", type=int, default=1_000_000)
     p.add_argument("--autovacuum-wait", type=int, default=90,
                    help="compaction: seconds to wait for autovacuum before an explicit VACUUM")
+    p.add_argument("--vacuum-every", type=float, default=0,
+                   help="compaction: also VACUUM jobyard's tables every S seconds during the load (0: never)")
     p.add_argument("--jsonl", required=True)
     p.add_argument("--summary", required=True, help="the results as one JSON document")
     a = p.parse_args()

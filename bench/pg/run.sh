@@ -7,29 +7,32 @@
 #
 #   bash bench/pg/run.sh [--binary PATH] [--sections drain,latency,put,cpu,failover,lag]
 #                        [--compaction] [--rounds N] [--kills N] [--jobs N] [--consumers N]
-#                        [--out DIR]
+#                        [--commit REV] [--out DIR]
 #
 # It makes its own PostgreSQL (initdb in a temp dir on a free port, default settings but
 # fsync on; tests/pg_testlib.py), installs graphile-worker into bench/pg/node_modules from
 # the committed lock (npm ci, once), and builds release jobyard and jobyard-bench unless
 # --binary names a jobyard (jobyard-bench is then target/release/jobyard-bench, built if
-# missing). Other flags go to bench/pg/run.py (see its --help).
+# missing; --commit names the commit that binary was built from, for the report). Other
+# flags go to bench/pg/run.py (see its --help).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 
 BINARY=""
+COMMIT=""
 SECTIONS="drain,latency,put,cpu,failover,lag"
 OUT="$ROOT/bench/results"
 PASS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --binary) BINARY=$2; shift ;;
+    --commit) COMMIT=$2; shift ;;
     --sections) SECTIONS=$2; shift ;;
     --compaction) SECTIONS="$SECTIONS,compaction" ;;
     --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) PASS+=("$1") ;;
   esac
   shift
@@ -44,6 +47,7 @@ fi
 if [ -z "$BINARY" ]; then
   build_release
   BINARY=$JY
+  COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- crates Cargo.toml || echo ' with uncommitted changes')
 elif [ ! -x "$JB" ]; then
   (cd "$ROOT" && cargo build --release --quiet -p jobyard-bench)
 fi
@@ -63,9 +67,9 @@ python3 "$ROOT/bench/pg/run.py" --binary "$TMPBIN/jobyard" --bench "$TMPBIN/joby
 {
   echo "# jobyard on PostgreSQL: $STAMP"
   echo
-  machine_facts | grep -v '^- peers'
+  machine_facts | grep -v -e '^- peers' -e '^- jobyard:'
   echo "- PostgreSQL: $(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | sort -n | tail -1) (Debian), initdb defaults, fsync on; graphile-worker $(node -p "require('$ROOT/bench/pg/node_modules/graphile-worker/package.json').version"), node $(node --version)"
-  echo "- jobyard binary: $BINARY"
+  echo "- jobyard: ${COMMIT:-commit not given} ($("$BINARY" --version)), $BINARY"
   echo "- load average before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - START )) s"
   echo "- raw lines: [$STAMP-pg.jsonl]($STAMP-pg.jsonl)"
   echo
