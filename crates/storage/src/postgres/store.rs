@@ -32,8 +32,10 @@ const FALLBACK_POLL: Duration = Duration::from_secs(1);
 /// The longest a standby's heartbeat may take before its connection counts as lost.
 const BEAT_PATIENCE: Duration = Duration::from_secs(1);
 
-/// The longest wait between two attempts to reach PostgreSQL again after losing it.
-const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest wait between two attempts of a standby to reach PostgreSQL again after
+/// losing it: short, since the leader may be gone too and a standby that noticed
+/// PostgreSQL's return late would take over late (a refused connection costs little).
+const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A standby's connection and its notifications, made and lost together.
 struct Link {
