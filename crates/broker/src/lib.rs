@@ -194,8 +194,9 @@ impl Broker {
             .unwrap_or(0)
     }
 
-    /// This node's leadership of a PostgreSQL storage (epoch, live nodes); `None` with
-    /// any other storage.
+    /// This node's leadership of a PostgreSQL storage (its epoch, and whether it may hand
+    /// out jobs; the live nodes are in [`Broker::cluster_view`]); `None` with any other
+    /// storage.
     pub fn leadership(&self) -> Option<&Arc<jobyard_storage::Leadership>> {
         self.leadership.as_ref()
     }
