@@ -238,6 +238,9 @@ impl Follower {
                         return Ok(true);
                     }
                     After::Nothing => return Err(self.missing(gap.unwrap_or(self.pos))),
+                    // Everything committed before `asked` is applied: the batches not yet
+                    // applied committed after it, so they are known since then at most.
+                    After::MoreCame if gap.is_none() => self.behind_since = Some(asked),
                     After::MoreCame => {}
                     After::Compacted => {
                         tracing::info!(
