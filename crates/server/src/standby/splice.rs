@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use jobyard_broker::ClusterView;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -52,6 +53,9 @@ pub(crate) async fn forward<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // The epoch before connecting: a leader that took over after this is a newer one,
+    // which only shortens the splice.
+    let epoch = view.get().epoch;
     let Some((mut leader, addr)) = connect_to_leader(view, protocol, LEADER_WAIT).await else {
         tracing::debug!(
             protocol = protocol.name(),
@@ -68,8 +72,26 @@ pub(crate) async fn forward<S>(
     if !already_read.is_empty() && leader.write_all(already_read).await.is_err() {
         return;
     }
-    // Ends when either side closes (or fails): the other side is closed by dropping it.
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut leader).await;
+    // Ends when either side closes (or fails), or when another node takes the lease: the
+    // spliced node is then dead or fenced, and a paused one would hold this client until
+    // it ran again. The other side is closed by dropping it.
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut leader) => {}
+        _ = leader_replaced(view, epoch) => tracing::debug!(
+            protocol = protocol.name(),
+            "standby: the leader at {addr} was replaced; closing {peer}"
+        ),
+    }
+}
+
+/// How often a spliced connection looks whether its leader was replaced.
+const REPLACED_POLL: Duration = Duration::from_millis(200);
+
+/// Resolves once the view shows a leader of a newer epoch than `epoch`.
+async fn leader_replaced(view: &ClusterView, epoch: u64) {
+    while view.get().epoch <= epoch {
+        tokio::time::sleep(REPLACED_POLL).await;
+    }
 }
 
 #[cfg(test)]
@@ -132,5 +154,40 @@ mod tests {
         serving.await.unwrap();
         assert_eq!(counts.get(Forwarded::Gearman), 1);
         assert_eq!(counts.get(Forwarded::Beanstalk), 0);
+    }
+
+    #[tokio::test]
+    async fn a_splice_ends_when_another_node_takes_the_lease() {
+        // A leader that accepts and then never answers, as a paused one does.
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move { silent.accept().await.map(|(s, _)| s) });
+        let view = Arc::new(ClusterView::new("me".into()));
+        view.update(|s| {
+            s.role = Role::Standby;
+            s.epoch = 4;
+            s.leader = Some("paused".into());
+            s.leader_addrs.beanstalk = Some(addr);
+        });
+        let door = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let door_addr = door.local_addr().unwrap();
+        let serving = {
+            let view = view.clone();
+            tokio::spawn(async move {
+                let (client, _) = door.accept().await.unwrap();
+                let counts = ForwardCounts::default();
+                forward(client, b"", Forwarded::Beanstalk, "t", &view, &counts).await;
+            })
+        };
+        let mut client = TcpStream::connect(door_addr).await.unwrap();
+        let _leader_side = held.await.unwrap().unwrap();
+        view.update(|s| {
+            s.epoch = 5;
+            s.leader = Some("next".into());
+        });
+        let mut buf = [0u8; 8];
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0))), "the client is closed: {read:?}");
+        serving.await.unwrap();
     }
 }
