@@ -26,6 +26,12 @@ pub(crate) struct LeaseHolder {
 /// raises the epoch, conditional on expiry on PostgreSQL's clock; concurrent takers are
 /// serialized by the row lock, and only one sees the lease expired). Returns the new
 /// epoch and when the statement was sent, or `None` while another node's lease holds.
+///
+/// While the lease plainly holds, the statement inserts nothing and so locks nothing: an
+/// `ON CONFLICT DO UPDATE` locks the row before it checks its `WHERE`, and a standby's
+/// attempt every 250 ms would otherwise queue the leader's batch inserts (which read the
+/// row `FOR SHARE`) behind it. Only a lease that looks expired is tried under the lock,
+/// where the `WHERE` decides as before.
 pub(crate) fn try_take(
     conn: &mut Conn,
     schema: &str,
@@ -33,7 +39,9 @@ pub(crate) fn try_take(
 ) -> Result<Option<(u64, Instant)>, PgError> {
     let sql = format!(
         "INSERT INTO {schema}.leader AS l (id, node, epoch, expires_at)
-             VALUES (1, $1, 1, now() + interval '{lease}')
+             SELECT 1, $1, 1, now() + interval '{lease}'
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM {schema}.leader WHERE id = 1 AND expires_at >= now())
          ON CONFLICT (id) DO UPDATE
              SET node = EXCLUDED.node, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
              WHERE l.expires_at < now()
