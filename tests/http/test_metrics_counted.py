@@ -39,6 +39,21 @@ def test_fsyncs_before_the_first_scrape_are_in_the_fsync_histogram(http):
     assert first.get("jobyard_log_fsync_seconds_count") == fsyncs, first
 
 
+def test_fsyncs_while_the_config_is_declared_are_in_the_fsync_histogram(start_http, tmp_path):
+    # The config's policies and schedules are logged (and synced) before any listener
+    # starts: the recorder must already be there to time those fsyncs.
+    config = tmp_path / "jobyard.toml"
+    config.write_text(
+        '[queues.mails]\nmax_attempts = 3\nrate_limit = "10/s"\n\n'
+        '[[schedules]]\nname = "hourly"\nqueue = "reports"\ninterval = "1h"\nbody = "x"\n'
+    )
+    srv = start_http(extra=("--config", str(config)))
+    first = samples(srv.get("/metrics").text)
+    fsyncs = first["jobyard_log_fsyncs_total"]
+    assert fsyncs >= 1, "declaring the config syncs the log"
+    assert first.get("jobyard_log_fsync_seconds_count") == fsyncs, first
+
+
 def test_every_schedule_route_is_counted_as_an_http_command(http):
     calls = [
         ("declare-schedule", "PUT", "/v1/schedules/hourly",

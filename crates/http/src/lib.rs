@@ -51,6 +51,10 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 pub use error::ApiError;
+/// Installs the process's Prometheus recorder: the server calls it at start, before storage
+/// opens, so what happens before the listener is up (fsyncs while the config's flows,
+/// policies and schedules are declared) is counted too.
+pub use jobyard_ops::prometheus::install as install_metrics;
 pub use routes::table as routes;
 pub use security::Security;
 

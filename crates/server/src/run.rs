@@ -166,6 +166,11 @@ async fn serve(settings: Settings, placement: Option<Arc<Placement>>) -> Result<
     // Taken over first: a SIGTERM that arrives while the server starts (after its first
     // replies, before the main loop) must mean a clean stop, not the default kill.
     let mut signals = Signals::install();
+    // Before anything is recorded, so `/metrics` counts from the start; only with the HTTP
+    // listener that serves it (an installed recorder costs every metric update a lookup).
+    if settings.http_listen.is_some() {
+        jobyard_http::install_metrics();
+    }
     // systemd socket activation replaces the configured addresses, as in beanstalkd.
     // Taken before storage opens: a standby's front door listens on the same sockets.
     let mut activated =
