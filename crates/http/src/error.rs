@@ -163,6 +163,15 @@ impl ApiError {
             "the server is draining and accepts no new jobs",
         )
     }
+    /// The log has no room for new jobs (a full disk, or PostgreSQL's): beanstalkd's
+    /// `OUT_OF_MEMORY`, Gearman's `ERROR`. Retrying later is right; nothing was stored.
+    pub fn no_room() -> ApiError {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "no_room",
+            "the server's storage has no room for new jobs; try again later",
+        )
+    }
     /// The server is stopping: waiting requests end with this.
     pub fn shutting_down() -> ApiError {
         ApiError::new(

@@ -34,6 +34,22 @@ pub struct PutRequest {
     attributes: Option<Value>,
 }
 
+/// Refuses a new job of about `bytes` while the server takes none: draining (503), or the
+/// log has no room for it (507), as beanstalkd answers `DRAINING` and `OUT_OF_MEMORY`.
+pub(crate) fn refuse_new_jobs(api: &Api, bytes: usize) -> Result<(), ApiError> {
+    if api.broker.draining() {
+        return Err(ApiError::draining());
+    }
+    if api
+        .broker
+        .log()
+        .is_some_and(|log| !log.has_room(bytes + 64))
+    {
+        return Err(ApiError::no_room());
+    }
+    Ok(())
+}
+
 /// A put that passed every check: what goes into the engine.
 pub(crate) struct CheckedPut {
     body: bytes::Bytes,
@@ -65,9 +81,7 @@ pub async fn put(
     api.count(Command::Put);
     check_plain_queue(&queue)?;
     let req = req.checked(api.config.max_job_size)?;
-    if api.broker.draining() {
-        return Err(ApiError::draining());
-    }
+    refuse_new_jobs(&api, req.body.len())?;
     let now = Broker::now();
     let delay = req.delay;
     let (id, lsn) = {

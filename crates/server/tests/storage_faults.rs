@@ -274,11 +274,18 @@ fn a_read_only_data_directory_is_reported_as_read_only_not_as_in_use() {
 fn a_full_disk_refuses_new_jobs_keeps_consumers_working_and_recovers_by_itself() {
     let mount = Mount::tmpfs("8m");
     let dir = mount.path().join("data");
-    let gport = free_port().to_string();
-    let gearman = format!("127.0.0.1:{gport}");
+    let gearman = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
     let mut s = Server::serve(
         &dir,
-        &["--segment-bytes", "65536", "--gearman-listen", &gearman],
+        &[
+            "--segment-bytes",
+            "65536",
+            "--gearman-listen",
+            &gearman,
+            "--http-listen",
+            &http,
+        ],
     );
     let mut c = s.client();
     let body = vec![b'f'; 500];
@@ -322,6 +329,23 @@ fn a_full_disk_refuses_new_jobs_keeps_consumers_working_and_recovers_by_itself()
             19,
             "ERROR"
         );
+    }
+    // An HTTP put is refused at once with 507, not left waiting for room.
+    {
+        use std::io::{Read, Write};
+        let mut h = std::net::TcpStream::connect(&http).unwrap();
+        h.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        let json = br#"{"body":"x"}"#;
+        let head = format!(
+            "POST /v1/queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            json.len()
+        );
+        h.write_all(head.as_bytes()).unwrap();
+        h.write_all(json).unwrap();
+        let mut reply = String::new();
+        h.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 507"), "{reply}");
     }
     // Consumers keep working: reserve, delete, release, bury all fit in the reserve.
     let mut consumed = Vec::new();

@@ -69,10 +69,9 @@ pub async fn create(
     JsonBody(req): JsonBody<CreateRequest>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     api.count(Command::CreateFlowJob);
-    if api.broker.draining() {
-        return Err(ApiError::draining());
-    }
     let new = req.checked(flow)?;
+    // Parameters are a few KB at most: the usual job size, one atomic load.
+    crate::jobs::refuse_new_jobs(&api, 0)?;
     let ((id, created), (lsn, handed_off)) = {
         let mut txn = api.broker.lock();
         let out = txn.create_flow_job(new, Broker::now())?;
