@@ -278,7 +278,8 @@ impl Log {
     }
 
     /// This node's leadership of a PostgreSQL storage (its epoch, whether it may hand out
-    /// jobs, the live nodes); `None` for segment files, which have no other node.
+    /// jobs; the live nodes are in the cluster view); `None` for segment files, which have
+    /// no other node.
     pub fn leadership(&self) -> Option<Arc<crate::Leadership>> {
         match &self.shared {
             Backed::Files(_) => None,
