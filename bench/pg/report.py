@@ -1,5 +1,6 @@
 """The report of bench/pg/run.py's summary: one table per section, each figure set against
-issue 27's target as a ratio. `python3 bench/pg/report.py RUN.summary.json`."""
+issue 27's target as a ratio. `python3 bench/pg/report.py RUN.summary.json [MORE.summary.json...]`
+(sections of several runs in one report: a later file's section replaces an earlier one's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ def f(x, digits=0) -> str:
 
 
 def main() -> None:
-    r = json.load(open(sys.argv[1]))
+    r = {}
+    loads = []
+    for path in sys.argv[1:]:
+        part = json.load(open(path))
+        loads.append(f"{part.get('load_start')} → {part.get('load_end')}")
+        r.update(part)
     out = []
     say = out.append
     if "drain" in r:
@@ -42,6 +48,10 @@ def main() -> None:
                 best = max(d["vs"][j][p] for j in d["jobyard_sides"])
                 tcell = "" if t is None else f"≥ {t}×: {verdict(best >= t)}"
                 say(f"| {names[p]} | {f(m[p])} | {cells} | {tcell} |")
+            if d.get("round_pairs") and d["rounds"] > 1:
+                for j, peers in d["round_pairs"].items():
+                    say(f"\nRounds' pairs, {j}: " + "; ".join(
+                        f"{p} " + ", ".join(f"{x:.2f}" for x in v) for p, v in peers.items()))
             say("")
     if "latency" in r:
         d = r["latency"]
@@ -66,7 +76,9 @@ def main() -> None:
         else:
             say("| side | p50 ms | p99 ms |")
             say("|---|---:|---:|")
-            say(f"| jobyard on PostgreSQL, put → INSERTED (1 producer; consumers reserve → delete meanwhile) | {d['jobyard_p50_us'] / 1e3:.3f} | {d['jobyard_p99_us'] / 1e3:.3f} |")
+            meanwhile = (f"{d['consumers']} consumers reserve → delete meanwhile" if d.get("consumers")
+                         else "puts alone, the jobs stay queued")
+            say(f"| jobyard on PostgreSQL, put → INSERTED (1 producer; {meanwhile}) | {d['jobyard_p50_us'] / 1e3:.3f} | {d['jobyard_p99_us'] / 1e3:.3f} |")
             say(f"| bare single-row INSERT, autocommit, one sqlx client | {d['insert_p50_us'] / 1e3:.3f} | {d['insert_p99_us'] / 1e3:.3f} |")
             say(f"\np99 ratio: **{d['p99_ratio']:.2f}×** (target ≤ 2×: {verdict(d['p99_ratio'] <= 2)})\n")
     if "cpu" in r:
@@ -98,7 +110,7 @@ def main() -> None:
         else:
             say(f"{d['samples']} samples of `lag_ms` every 50 ms while the leader took {f(d.get('puts_per_s'))} puts/s: "
                 f"p50 {f(d.get('p50_ms'), 1)} ms, p99 **{f(d.get('p99_ms'), 1)} ms**, max {f(d.get('max_ms'), 1)} ms "
-                f"(target p99 ≤ 100 ms: {verdict((d.get('p99_ms') or 1e9) <= 100)}); {d['errors']} failed samples.\n")
+                f"(target p99 ≤ 100 ms: {verdict(d.get('p99_ms') is not None and d['p99_ms'] <= 100)}); {d['errors']} failed samples.\n")
     if "compaction" in r:
         d = r["compaction"]
         say("## Compaction: 1,000,000 jobs put and deleted\n")
@@ -131,7 +143,7 @@ def main() -> None:
                                  if k in ("autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
                                           "autovacuum_vacuum_threshold", "autovacuum_vacuum_insert_scale_factor"))
             say(f"\nPostgreSQL's autovacuum settings (defaults): {settings}.\n")
-    say(f"Load average at the start {r.get('load_start')}, at the end {r.get('load_end')}.")
+    say(f"Load average (1, 5, 15 min) at the start → the end of each run: {'; '.join(loads)}.")
     print("\n".join(out))
 
 

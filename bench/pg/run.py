@@ -188,7 +188,11 @@ class Bench:
         med = {k: statistics.median(x["jobs_per_s"] for x in v) for k, v in rows.items()}
         self.results["drain"] = {"median_jobs_per_s": med, "rounds": a.rounds, "jobyard_sides": jy_sides,
                                  "vs": {j: {p: med[j] / med[p] for p in ("defaults", "c24", "perf")}
-                                        for j in jy_sides}}
+                                        for j in jy_sides},
+                                 "round_pairs": {j: {p: [x["jobs_per_s"] / y["jobs_per_s"]
+                                                         for x, y in zip(rows[j], rows[p])]
+                                                     for p in ("defaults", "c24", "perf")}
+                                                 for j in jy_sides}}
 
     def latency(self) -> None:
         a = self.args
@@ -233,9 +237,11 @@ class Bench:
             url = self.database("put")
             proc, port = self.start_jobyard(url)
             try:
+                # --put-consumers 0: puts alone (the jobs stay queued), so PostgreSQL commits
+                # only the puts, as the bare INSERT's side does.
                 common = ["beanstalk", "e2e", "--addr", f"{HOST}:{port}", "--conns", "1",
-                          "--workers", str(a.latency_consumers), "--rate", "1000",
-                          "--server-pid", str(proc.pid)]
+                          "--workers", str(a.put_consumers), "--max-backlog", "100000000",
+                          "--rate", "1000", "--server-pid", str(proc.pid)]
                 self.jb_run(*common, "--duration", "1")
                 line = self.jb_run(*common, "--duration", str(a.seconds))
             finally:
@@ -245,7 +251,7 @@ class Bench:
                                          "rate_lag_max_ms", "server_cpu_us_per_job")}}))
         j99 = statistics.median(x["put_p99_us"] for x in jy)
         b99 = statistics.median(x["lat_p99_us"] for x in bare)
-        self.results["put"] = {
+        self.results["put"] = {"consumers": a.put_consumers,
             "jobyard_p50_us": statistics.median(x["put_p50_us"] for x in jy), "jobyard_p99_us": j99,
             "insert_p50_us": statistics.median(x["lat_p50_us"] for x in bare), "insert_p99_us": b99,
             "p99_ratio": j99 / b99}
@@ -346,10 +352,17 @@ class Bench:
         try:
             leader = c.leader(timeout=60)
             standby = next(n for n in c.nodes if n is not leader)
-            time.sleep(2)
-            first = standby.cluster(timeout=1)
-            if first is None or "lag_ms" not in first:
-                self.results["lag"] = {"error": "the standby does not serve GET /v1/cluster with lag_ms",
+            # A standby loads the snapshot and opens its front door first: up to 30 s.
+            deadline = time.monotonic() + 30
+            first = None
+            while time.monotonic() < deadline:
+                first = standby.cluster(timeout=1)
+                if first is not None and first.get("role") == "standby" and "lag_ms" in first:
+                    break
+                time.sleep(0.2)
+            if first is None or "lag_ms" not in first or first.get("role") != "standby":
+                self.results["lag"] = {"error": "the standby does not serve GET /v1/cluster with its "
+                                                "role and lag_ms within 30 s",
                                        "standby_answer": first}
                 self.record({"section": "lag", **self.results["lag"]})
                 return
@@ -483,6 +496,8 @@ def main() -> None:
     p.add_argument("--latency-consumers", type=int, default=8,
                    help="latency: jobyard's consumers (graphile-worker: its defaults and 24 concurrent)")
     p.add_argument("--seconds", type=int, default=10, help="latency, put, lag: measured seconds")
+    p.add_argument("--put-consumers", type=int, default=0,
+                   help="put: jobyard's consumers meanwhile (0: puts alone, the jobs stay queued)")
     p.add_argument("--cpu-rounds", type=int, default=3)
     p.add_argument("--cpu-seconds", type=int, default=5)
     p.add_argument("--kills", type=int, default=20)
