@@ -26,6 +26,9 @@ use tokio::io::unix::AsyncFd;
 /// A message as a list of frames (what the codec works on).
 pub type Frames = Vec<Bytes>;
 
+/// The longest interval between a link's tries to connect (see `SocketOptions::reconnect`).
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
 /// Socket options every WMP socket gets.
 #[derive(Debug, Clone, Copy)]
 pub struct SocketOptions {
@@ -36,7 +39,11 @@ pub struct SocketOptions {
     pub heartbeat: Duration,
     /// How long unsent messages may delay closing (`ZMQ_LINGER`).
     pub linger: Duration,
-    /// First and longest reconnect interval of a connecting socket.
+    /// First and longest reconnect interval of a connecting socket. The longest is short
+    /// (1 s) because a worker lists every node of a cluster, and only the leader binds its
+    /// endpoint: after a failover the worker must find the new leader's endpoint within a
+    /// second of its binding, not at the end of a long backoff (10 s cost up to 10 s more
+    /// per failover; a refused connect is one SYN and one RST).
     pub reconnect: (Duration, Duration),
 }
 
@@ -46,7 +53,7 @@ impl Default for SocketOptions {
             max_frame: (64 << 20) + 64,
             heartbeat: jobyard_wmp_wire::HEARTBEAT,
             linger: Duration::from_secs(2),
-            reconnect: (Duration::from_millis(100), Duration::from_secs(10)),
+            reconnect: (Duration::from_millis(100), RECONNECT_MAX),
         }
     }
 }
