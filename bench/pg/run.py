@@ -319,15 +319,25 @@ class Bench:
                 time.sleep(a.settle)
                 old.kill9()
                 t0 = time.monotonic()
-                acked = None
-                while acked is None and time.monotonic() - t0 < 60:
-                    for n in c.nodes:
+                # Every node probed at once, each on its own thread, so that a put stuck on
+                # one door (spliced to the dead leader) does not delay the others' tries.
+                done = threading.Event()
+                first: list = []
+
+                def probe(n):
+                    while not done.is_set() and time.monotonic() - t0 < 60:
                         if self.try_put(n.beanstalk_port, 0.2):
-                            acked = n
-                            break
-                    else:
-                        time.sleep(0.01)
-                took = time.monotonic() - t0
+                            first.append((time.monotonic() - t0, n))
+                            done.set()
+                            return
+                        time.sleep(0.005)
+
+                probes = [threading.Thread(target=probe, args=(n,), daemon=True) for n in c.nodes]
+                for t in probes:
+                    t.start()
+                for t in probes:
+                    t.join()
+                took, acked = min(first, key=lambda x: x[0]) if first else (time.monotonic() - t0, None)
                 if acked is None:
                     self.record({"section": "failover", "kill": k, "error": "no put acknowledged in 60 s"})
                     break
