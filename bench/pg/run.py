@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -74,6 +75,7 @@ class Bench:
 
     def close(self) -> None:
         self.pg.destroy()
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def record(self, line: dict) -> dict:
         line = dict(line, load=loadavg(), at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
