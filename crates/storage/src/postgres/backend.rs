@@ -459,6 +459,20 @@ impl LogBackend for PgLog {
             .expect("sections lock")
             .retain(|&section, _| section >= seq);
         self.oldest_section.store(seq, Ordering::Relaxed);
+        reclaim(&mut conn, schema);
         Ok(())
+    }
+}
+
+/// Makes the space of the rows a compaction just deleted reusable at once, rather than
+/// whenever autovacuum next visits (by default after a fifth of a table is dead, checked
+/// once a minute): under steady churn the log's table would otherwise hold several times
+/// its live rows. A plain `VACUUM` takes no lock that stops appends, and runs on the
+/// compaction's connection, off the writer's path. Its failure costs only space, so it is
+/// logged, not returned.
+fn reclaim(conn: &mut Conn, schema: &str) {
+    let sql = format!("VACUUM {schema}.log, {schema}.snapshot_chunks, {schema}.snapshots");
+    if let Err(e) = conn.execute(&sql) {
+        tracing::warn!("VACUUM after compaction failed: {e}; autovacuum will reclaim the space");
     }
 }
