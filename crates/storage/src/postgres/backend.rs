@@ -21,6 +21,7 @@ use super::keeper::{step_down, Keeper};
 use super::leadership::Leadership;
 use super::lease::{holder, release};
 use super::recover::LogEnd;
+use super::schema::make_partitions_ahead;
 use super::target::PgTarget;
 use super::PgError;
 use crate::bodies::BodyFiles;
@@ -90,7 +91,7 @@ impl PgLog {
                  SELECT epoch FROM {schema}.leader WHERE id = 1 AND epoch = $4 FOR SHARE)
              INSERT INTO {schema}.log (pos, section, records, epoch)
                  SELECT $1, $2, $3, epoch FROM fence
-             ON CONFLICT (pos) DO NOTHING"
+             ON CONFLICT (section, pos) DO NOTHING"
         );
         let insert_consuming = insert_consuming_sql(schema);
         let (leadership, keeper) = lease;
@@ -108,6 +109,9 @@ impl PgLog {
             out_of_room: AtomicBool::new(false),
             target,
         };
+        let mut conn = conn;
+        // The sections about to be written get partitions a compaction can drop whole.
+        make_partitions_ahead(&mut conn, log.target.schema(), first_section);
         let writer = PgWriter {
             conn: Some(conn),
             pos: end.pos,
@@ -256,7 +260,7 @@ fn insert_consuming_sql(schema: &str) -> String {
          inserted AS (
              INSERT INTO {schema}.log (pos, section, records, epoch)
                  SELECT $1, $2, $3, epoch FROM fence
-             ON CONFLICT (pos) DO NOTHING
+             ON CONFLICT (section, pos) DO NOTHING
              RETURNING 1),
          consumed AS (
              DELETE FROM {schema}.enqueue
@@ -266,20 +270,33 @@ fn insert_consuming_sql(schema: &str) -> String {
     )
 }
 
-/// Deletes what snapshot `seq` covers: older batches, snapshots and their chunks; with
-/// `fence`, only while that epoch leads (the first statement locks the lease row until
-/// the transaction the statements run in ends).
+/// Deletes what snapshot `seq` covers: older batches (their sections' partitions dropped
+/// whole, `log_default`'s rows deleted), snapshots and their chunks; with `fence`, only
+/// while that epoch leads (the first statement locks the lease row until the transaction
+/// the statements run in ends).
 pub(crate) fn drop_covered_sql(schema: &str, seq: u64, fence: Option<u64>) -> String {
-    let only_leading = match fence {
+    let leading = match fence {
         Some(epoch) => format!(
-            " AND EXISTS (SELECT 1 FROM {schema}.leader WHERE id = 1 AND epoch = {epoch} FOR SHARE)"
+            "EXISTS (SELECT 1 FROM {schema}.leader WHERE id = 1 AND epoch = {epoch} FOR SHARE)"
         ),
-        None => String::new(),
+        None => "true".into(),
     };
     format!(
-        "DELETE FROM {schema}.log WHERE section < {seq}{only_leading};
-         DELETE FROM {schema}.snapshot_chunks WHERE section < {seq}{only_leading};
-         DELETE FROM {schema}.snapshots WHERE section < {seq}{only_leading};"
+        "DELETE FROM {schema}.log_default WHERE section < {seq} AND {leading};
+         DELETE FROM {schema}.snapshot_chunks WHERE section < {seq} AND {leading};
+         DELETE FROM {schema}.snapshots WHERE section < {seq} AND {leading};
+         DO $drop$ DECLARE part text; BEGIN
+             IF {leading} THEN
+                 FOR part IN
+                     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                     WHERE i.inhparent = '{schema}.log'::regclass
+                       AND c.relname ~ '^log_s[0-9]+$'
+                       AND substring(c.relname FROM 6)::bigint < {seq}
+                 LOOP
+                     EXECUTE format('DROP TABLE {schema}.%I', part);
+                 END LOOP;
+             END IF;
+         END $drop$;"
     )
 }
 
@@ -460,18 +477,19 @@ impl LogBackend for PgLog {
             .retain(|&section, _| section >= seq);
         self.oldest_section.store(seq, Ordering::Relaxed);
         reclaim(&mut conn, schema);
+        make_partitions_ahead(&mut conn, schema, seq + 1);
         Ok(())
     }
 }
 
-/// Makes the space of the rows a compaction just deleted reusable at once, rather than
-/// whenever autovacuum next visits (by default after a fifth of a table is dead, checked
-/// once a minute): under steady churn the log's table would otherwise hold several times
-/// its live rows. A plain `VACUUM` takes no lock that stops appends, and runs on the
+/// Makes the space of the rows a compaction just deleted (of `log_default`, old snapshots)
+/// reusable at once, rather than whenever autovacuum next visits (by default after a
+/// fifth of a table is dead, checked once a minute): under steady churn those tables would
+/// otherwise hold several times their live rows. A plain `VACUUM` takes no lock that stops appends, and runs on the
 /// compaction's connection, off the writer's path. Its failure costs only space, so it is
 /// logged, not returned.
 fn reclaim(conn: &mut Conn, schema: &str) {
-    let sql = format!("VACUUM {schema}.log, {schema}.snapshot_chunks, {schema}.snapshots");
+    let sql = format!("VACUUM {schema}.log_default, {schema}.snapshot_chunks, {schema}.snapshots");
     if let Err(e) = conn.execute(&sql) {
         tracing::warn!("VACUUM after compaction failed: {e}; autovacuum will reclaim the space");
     }

@@ -13,7 +13,32 @@ use super::error::PgError;
 /// Version 3 added each node's role and advertised addresses (`nodes.role`, `nodes.addrs`,
 /// for standbys that forward clients), the notification standbys follow the log by
 /// (`log_notify`), and transactional enqueue (`enqueue`, `enqueue_rejected`, `enqueue_notify`).
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+/// Version 4 partitioned `log` by section (`log_s<N>` for one section, `log_default` for
+/// sections without their own), so a compaction drops whole partitions and gives their
+/// files back instead of leaving dead rows (docs/postgres.md#compaction).
+pub(crate) const SCHEMA_VERSION: i64 = 4;
+
+/// Sections a compaction (or a leader's start) makes partitions for ahead of the writer,
+/// so batches go into a partition a later compaction can drop whole; a batch of a section
+/// without one goes to `log_default`, whose covered rows are deleted and vacuumed instead.
+pub(crate) const PARTITIONS_AHEAD: u64 = 4;
+
+/// Makes `log`'s partitions for sections `from..from + PARTITIONS_AHEAD` that do not exist.
+/// One statement each, outside any transaction: a section the writer has already begun
+/// has rows in `log_default`, so PostgreSQL refuses its partition; that is only logged,
+/// and its rows are compacted by delete.
+pub(crate) fn make_partitions_ahead(conn: &mut Conn, schema: &str, from: u64) {
+    for section in from..from + PARTITIONS_AHEAD {
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {schema}.log_s{section} PARTITION OF {schema}.log
+                 FOR VALUES FROM ({section}) TO ({next})",
+            next = section + 1
+        );
+        if let Err(e) = conn.execute(&sql) {
+            tracing::debug!("no partition of its own for section {section}: {e}");
+        }
+    }
+}
 
 /// The channel a committed batch notifies (once per statement): standbys following the
 /// log `LISTEN` on it instead of polling.
@@ -39,12 +64,31 @@ pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> 
          CREATE TABLE IF NOT EXISTS {schema}.meta (
              key text PRIMARY KEY,
              value text NOT NULL);
+         DO $migrate$ BEGIN
+             IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = '{schema}' AND c.relname = 'log' AND c.relkind = 'r') THEN
+                 ALTER TABLE {schema}.log ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+                 DROP TRIGGER IF EXISTS log_notify ON {schema}.log;
+                 ALTER TABLE {schema}.log RENAME TO log_unpartitioned;
+                 ALTER INDEX IF EXISTS {schema}.log_pkey RENAME TO log_unpartitioned_pkey;
+                 ALTER INDEX IF EXISTS {schema}.log_section RENAME TO log_unpartitioned_section;
+             END IF;
+         END $migrate$;
          CREATE TABLE IF NOT EXISTS {schema}.log (
-             pos bigint PRIMARY KEY,
+             pos bigint NOT NULL,
              section bigint NOT NULL,
              records bytea NOT NULL,
-             epoch bigint NOT NULL DEFAULT 0);
-         ALTER TABLE {schema}.log ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+             epoch bigint NOT NULL DEFAULT 0,
+             PRIMARY KEY (section, pos)) PARTITION BY RANGE (section);
+         CREATE TABLE IF NOT EXISTS {schema}.log_default PARTITION OF {schema}.log DEFAULT;
+         CREATE INDEX IF NOT EXISTS log_pos ON {schema}.log (pos);
+         DO $migrate$ BEGIN
+             IF to_regclass('{schema}.log_unpartitioned') IS NOT NULL THEN
+                 INSERT INTO {schema}.log (pos, section, records, epoch)
+                     SELECT pos, section, records, epoch FROM {schema}.log_unpartitioned;
+                 DROP TABLE {schema}.log_unpartitioned;
+             END IF;
+         END $migrate$;
          CREATE TABLE IF NOT EXISTS {schema}.leader (
              id integer PRIMARY KEY CHECK (id = 1),
              node text NOT NULL,
@@ -53,7 +97,6 @@ pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> 
          CREATE TABLE IF NOT EXISTS {schema}.nodes (
              node text PRIMARY KEY,
              seen_at timestamptz NOT NULL);
-         CREATE INDEX IF NOT EXISTS log_section ON {schema}.log (section);
          CREATE TABLE IF NOT EXISTS {schema}.snapshots (
              section bigint PRIMARY KEY,
              next_id bigint NOT NULL,
@@ -101,7 +144,7 @@ pub(crate) fn prepare(conn: &mut Conn, schema: &str) -> Result<String, PgError> 
          CREATE OR REPLACE TRIGGER enqueue_notify AFTER INSERT ON {schema}.enqueue
              FOR EACH STATEMENT EXECUTE FUNCTION {schema}.enqueue_notify();
          UPDATE {schema}.meta SET value = '{SCHEMA_VERSION}'
-             WHERE key = 'schema_version' AND value IN ('1', '2');
+             WHERE key = 'schema_version' AND value IN ('1', '2', '3');
          COMMIT;",
         log_channel = log_channel(schema),
         enqueue_channel = enqueue_channel(schema),
