@@ -127,7 +127,9 @@ def main() -> None:
                 s = d.get(key)
                 if not s:
                     continue
-                lg = s["tables"].get("log", {})
+                # `log` and, since schema version 4, its partitions (log_s<N>, log_default).
+                parts = [t for name, t in s["tables"].items() if name == "log" or name.startswith("log_")]
+                lg = ({k: sum(t[k] for t in parts) for k in ("dead_tup", "autovacuums")} if parts else {})
                 ratio = "–" if s["ratio"] is None else f"{s['ratio']:.2f}×"
                 say(f"| {name} | {s['schema_bytes'] / 2**20:.1f} | {s['live_bytes'] / 2**20:.1f} | {ratio} | "
                     f"{lg.get('dead_tup', '–')} | {lg.get('autovacuums', '–')} |")
