@@ -436,9 +436,13 @@ FLOW_STAGES = ("soak-first", "soak-last")
 def declare_flow(base: str) -> None:
     """The two-stage flow the flow clients use; each job's `tag` (its unique body) is handed
     to the workers with every lease."""
+    # A flow lease is in the log with its deadline: one held by a worker of a node that
+    # died comes back when its lease runs out (as after a restart), not at the takeover.
+    # 10 s instead of the default 180 s keeps the final drain inside its wait.
     stages = [{"name": FLOW_STAGES[0], "next": FLOW_STAGES[1], "attributesToGet": ["tag"],
-               "maxRetries": 1000},
-              {"name": FLOW_STAGES[1], "attributesToGet": ["tag"], "maxRetries": 1000}]
+               "maxRetries": 1000, "leaseMs": 10_000},
+              {"name": FLOW_STAGES[1], "attributesToGet": ["tag"], "maxRetries": 1000,
+               "leaseMs": 10_000}]
     r = requests.post(f"{base}/v1/flows", json={"name": FLOW, "stages": stages}, timeout=30)
     assert r.status_code in (200, 201), r.text
 
