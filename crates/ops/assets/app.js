@@ -187,6 +187,9 @@ async function route() {
     else await queuesView();
   } catch (e) {
     $("#view").innerHTML = `<p class="muted">${esc(e.message)}</p>`;
+    // A queue with no jobs that nobody uses is dropped (as beanstalkd drops a tube) until
+    // its next job: its page keeps looking rather than stay on "not found".
+    if (parts[0] === "queue") timer = setTimeout(route, REFRESH_MS);
   }
   // Live counts: the overview and connections refresh themselves; listings do on demand.
   if (!parts[0] || ["connections", "workers", "jobd", "schedules"].includes(parts[0])) timer = setTimeout(route, REFRESH_MS);
