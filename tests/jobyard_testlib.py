@@ -336,3 +336,21 @@ def total_jobs(stats: Dict[str, str]) -> int:
     return sum(
         int(stats[f"current-jobs-{s}"]) for s in ("ready", "reserved", "delayed", "buried")
     )
+
+
+LISTEN_BACKLOG = 4096  # crates/net/src/listen.rs
+
+
+def expected_backlog() -> int:
+    """The backlog every jobyard listener gets: 4096, capped by net.core.somaxconn."""
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    return min(LISTEN_BACKLOG, somaxconn)
+
+
+def listen_backlog(port: int) -> int:
+    """The backlog of the socket listening on `port` (`ss -ltn`'s Send-Q)."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    lines = out.splitlines()
+    assert lines, f"nothing listens on {port}"
+    return int(lines[0].split()[2])

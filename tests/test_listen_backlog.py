@@ -8,27 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from jobyard_testlib import HOST, free_port
+from jobyard_testlib import HOST, expected_backlog, free_port, listen_backlog
 
-LISTEN_BACKLOG = 4096  # crates/net/src/listen.rs
-
-
-def expected_backlog() -> int:
-    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
-    return min(LISTEN_BACKLOG, somaxconn)
-
-
-def listen_backlog(port: int) -> int:
-    """The backlog of the socket listening on `port` (`ss -ltn`'s Send-Q)."""
-    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
-                         check=True, timeout=30).stdout
-    lines = out.splitlines()
-    assert lines, f"nothing listens on {port}"
-    return int(lines[0].split()[2])
 
 
 def test_every_listener_of_serve_has_the_burst_backlog(start_server):

@@ -5,26 +5,10 @@ tests/test_listen_backlog.py."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 
 from jobdlib import serve_with_jobd
+from jobyard_testlib import expected_backlog, listen_backlog
 
-LISTEN_BACKLOG = 4096  # crates/net/src/listen.rs
-
-
-def expected_backlog() -> int:
-    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
-    return min(LISTEN_BACKLOG, somaxconn)
-
-
-def listen_backlog(port: int) -> int:
-    """The backlog of the socket listening on `port` (`ss -ltn`'s Send-Q)."""
-    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
-                         check=True, timeout=30).stdout
-    lines = out.splitlines()
-    assert lines, f"nothing listens on {port}"
-    return int(lines[0].split()[2])
 
 
 def test_a_standalone_jobd_listens_with_the_burst_backlog(jobd):
